@@ -1,0 +1,67 @@
+//! The annotation keys, overridable by flags as in Reloader.
+
+use super::Flags;
+
+/// Every annotation key the controller reads or writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationKeys {
+    pub auto: String,
+    pub search: String,
+    pub match_: String,
+    pub ignore: String,
+    pub configmap_reload: String,
+    pub secret_reload: String,
+    pub spc_reload: String,
+    pub configmap_auto: String,
+    pub secret_auto: String,
+    pub spc_auto: String,
+    pub configmap_exclude: String,
+    pub secret_exclude: String,
+    pub spc_exclude: String,
+    pub rollout_strategy: String,
+    pub pause_period: String,
+    pub paused_at: String,
+    pub last_reloaded_from: String,
+}
+
+impl Default for AnnotationKeys {
+    fn default() -> Self {
+        Self {
+            auto: "reloader.stakater.com/auto".into(),
+            search: "reloader.stakater.com/search".into(),
+            match_: "reloader.stakater.com/match".into(),
+            ignore: "reloader.stakater.com/ignore".into(),
+            configmap_reload: "configmap.reloader.stakater.com/reload".into(),
+            secret_reload: "secret.reloader.stakater.com/reload".into(),
+            spc_reload: "secretproviderclass.reloader.stakater.com/reload".into(),
+            configmap_auto: "configmap.reloader.stakater.com/auto".into(),
+            secret_auto: "secret.reloader.stakater.com/auto".into(),
+            spc_auto: "secretproviderclass.reloader.stakater.com/auto".into(),
+            configmap_exclude: "configmaps.exclude.reloader.stakater.com/reload".into(),
+            secret_exclude: "secrets.exclude.reloader.stakater.com/reload".into(),
+            spc_exclude: "secretproviderclasses.exclude.reloader.stakater.com/reload".into(),
+            rollout_strategy: "reloader.stakater.com/rollout-strategy".into(),
+            pause_period: "deployment.reloader.stakater.com/pause-period".into(),
+            paused_at: "deployment.reloader.stakater.com/paused-at".into(),
+            last_reloaded_from: "reloader.stakater.com/last-reloaded-from".into(),
+        }
+    }
+}
+
+impl AnnotationKeys {
+    pub fn from_flags(f: &Flags) -> Self {
+        Self {
+            auto: f.auto_annotation.clone(),
+            search: f.auto_search_annotation.clone(),
+            match_: f.search_match_annotation.clone(),
+            ignore: f.ignore_annotation.clone(),
+            configmap_reload: f.configmap_annotation.clone(),
+            secret_reload: f.secret_annotation.clone(),
+            configmap_auto: f.configmap_auto_annotation.clone(),
+            secret_auto: f.secret_auto_annotation.clone(),
+            pause_period: f.pause_deployment_annotation.clone(),
+            paused_at: f.pause_deployment_time_annotation.clone(),
+            ..Self::default()
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The command line. Names, defaults and env vars are Reloader's, so an existing manifest or Helm
+//! values file keeps its meaning; kube-reloader's own flags come after them.
+
+use clap::Parser;
+
+/// Go's `strconv.ParseBool`, which Reloader's flags accept (`--flag`, `--flag=true`, `--flag=0`).
+pub fn parse_go_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        other => Err(format!("'{other}' is not a boolean (true/false)")),
+    }
+}
+
+/// kube-reloader: rolls workloads when the ConfigMaps, Secrets or CSI secrets they use change.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kube-reloader", version, about)]
+pub struct Flags {
+    /// Reload every workload that references a changed config unless it opts out with auto: "false".
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub auto_reload_all: bool,
+
+    /// How a reload is written: env-vars or annotations.
+    #[arg(long, default_value = "env-vars")]
+    pub reload_strategy: String,
+
+    /// Also reload when a referenced config is created.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub reload_on_create: bool,
+
+    /// Also reload when a referenced config is deleted.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub reload_on_delete: bool,
+
+    /// With --reload-on-create, treat the configs found at start as created.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub sync_after_restart: bool,
+
+    /// Only watch these namespaces (comma list).
+    #[arg(long, value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Single-namespace mode, as Reloader (used when --namespaces is empty).
+    #[arg(
+        long = "kubernetes-namespace",
+        env = "KUBERNETES_NAMESPACE",
+        hide = true
+    )]
+    pub kubernetes_namespace: Option<String>,
+
+    /// Only namespaces whose labels match (`k=v`, `k:v`, `k:*`, `k in (a,b)`).
+    #[arg(long)]
+    pub namespace_selector: Vec<String>,
+
+    /// Only ConfigMaps and Secrets whose labels match.
+    #[arg(long)]
+    pub resource_label_selector: Vec<String>,
+
+    /// Namespaces never watched (comma list).
+    #[arg(long, value_delimiter = ',')]
+    pub namespaces_to_ignore: Vec<String>,
+
+    /// configmaps or secrets: that type is not watched.
+    #[arg(long, value_delimiter = ',')]
+    pub resources_to_ignore: Vec<String>,
+
+    /// jobs and/or cronjobs: those workload types are never reloaded.
+    #[arg(long, value_delimiter = ',')]
+    pub ignored_workload_types: Vec<String>,
+
+    /// Roll Argo Rollouts (argoproj.io/v1alpha1).
+    #[arg(long = "is-Argo-Rollouts", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub is_argo_rollouts: bool,
+
+    /// Roll OpenShift DeploymentConfigs (apps.openshift.io/v1).
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub is_openshift: bool,
+
+    /// Leader election through the Lease `stakater-reloader-lock`.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_ha: bool,
+
+    /// Watch SecretProviderClassPodStatus (Secrets Store CSI driver).
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_csi_integration: bool,
+
+    /// POST here instead of rolling workloads.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+
+    /// Log format: empty for text, or json.
+    #[arg(long, default_value = "")]
+    pub log_format: String,
+
+    /// Log level: trace, debug, info, warning, error, fatal, panic.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+
+    /// Serve CPU profiles on --pprof-addr.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_pprof: bool,
+
+    #[arg(long, default_value = ":6060")]
+    pub pprof_addr: String,
+
+    #[arg(long, default_value = "reloader.stakater.com/auto")]
+    pub auto_annotation: String,
+    #[arg(long, default_value = "configmap.reloader.stakater.com/reload")]
+    pub configmap_annotation: String,
+    #[arg(long, default_value = "secret.reloader.stakater.com/reload")]
+    pub secret_annotation: String,
+    #[arg(long, default_value = "configmap.reloader.stakater.com/auto")]
+    pub configmap_auto_annotation: String,
+    #[arg(long, default_value = "secret.reloader.stakater.com/auto")]
+    pub secret_auto_annotation: String,
+    #[arg(long, default_value = "reloader.stakater.com/search")]
+    pub auto_search_annotation: String,
+    #[arg(long, default_value = "reloader.stakater.com/match")]
+    pub search_match_annotation: String,
+    #[arg(long, default_value = "reloader.stakater.com/ignore")]
+    pub ignore_annotation: String,
+    #[arg(long, default_value = "deployment.reloader.stakater.com/pause-period")]
+    pub pause_deployment_annotation: String,
+    #[arg(long, default_value = "deployment.reloader.stakater.com/paused-at")]
+    pub pause_deployment_time_annotation: String,
+
+    // ---- kube-reloader's own flags ----
+    /// Address of /metrics, /live and /ready.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    pub metrics_addr: String,
+
+    /// At most one reload per workload per this period (Go duration; 0 turns it off).
+    #[arg(long, default_value = "0s")]
+    pub min_reload_interval: String,
+
+    /// Sustained patch rate towards the API server. 50/s stays well inside the default API
+    /// priority-and-fairness share of a workload controller while rolling 3000 workloads a minute.
+    #[arg(long, default_value_t = 50)]
+    pub max_patches_per_second: u32,
+
+    /// Patches allowed at once above the sustained rate (a fan-out to 100 workloads goes out at once).
+    #[arg(long, default_value_t = 100)]
+    pub patch_burst: u32,
+
+    /// Threads hashing config payloads (0: half the CPUs).
+    #[arg(long, default_value_t = 0)]
+    pub digest_workers: usize,
+}

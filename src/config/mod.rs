@@ -1,0 +1,286 @@
+//! Command-line flags (Reloader's names and defaults) and the validated settings built from them.
+
+mod annotations;
+mod flags;
+mod selector;
+
+pub use annotations::AnnotationKeys;
+pub use flags::{Flags, parse_go_bool};
+pub use selector::reloader_selector_to_label_selector;
+
+use std::time::Duration;
+
+use crate::model::{ConfigKind, WorkloadKind};
+
+/// An invalid flag value; the message names the flag so the operator can fix the manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--{flag}: {message}")]
+    InvalidFlag { flag: &'static str, message: String },
+}
+
+fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidFlag {
+        flag,
+        message: message.into(),
+    }
+}
+
+/// How a reload is written into the pod template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadStrategy {
+    /// `STAKATER_<NAME>_<TYPE>` env var on the chosen container (Reloader's default).
+    EnvVars,
+    /// `reloader.stakater.com/last-reloaded-from` on the pod template.
+    Annotations,
+}
+
+impl ReloadStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadStrategy::EnvVars => "env-vars",
+            ReloadStrategy::Annotations => "annotations",
+        }
+    }
+}
+
+/// Which namespaces this controller looks at (before sharding narrows it further).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceScope {
+    /// Every namespace of the cluster (`watchGlobally`).
+    All,
+    /// Only these (`--namespaces`, or `KUBERNETES_NAMESPACE`): watches are namespaced.
+    Only(Vec<String>),
+}
+
+/// Settings after validation: everything the engine reads, with parsed types.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub keys: AnnotationKeys,
+    pub auto_reload_all: bool,
+    pub strategy: ReloadStrategy,
+    pub reload_on_create: bool,
+    pub reload_on_delete: bool,
+    pub sync_after_restart: bool,
+    pub scope: NamespaceScope,
+    pub namespace_selector: Option<String>,
+    pub resource_label_selector: Option<String>,
+    pub namespaces_to_ignore: Vec<String>,
+    pub ignored_configs: Vec<ConfigKind>,
+    pub ignored_workloads: Vec<WorkloadKind>,
+    pub argo_rollouts: bool,
+    pub openshift: bool,
+    pub csi_integration: bool,
+    pub enable_ha: bool,
+    pub webhook_url: Option<String>,
+    pub min_reload_interval: Duration,
+    pub max_patches_per_second: u32,
+    pub patch_burst: u32,
+    pub digest_workers: usize,
+}
+
+impl Settings {
+    pub fn watches_config(&self, kind: ConfigKind) -> bool {
+        match kind {
+            ConfigKind::SecretProviderClass => self.csi_integration,
+            other => !self.ignored_configs.contains(&other),
+        }
+    }
+
+    pub fn handles_workload(&self, kind: WorkloadKind) -> bool {
+        match kind {
+            WorkloadKind::Rollout => self.argo_rollouts,
+            WorkloadKind::DeploymentConfig => self.openshift,
+            other => !self.ignored_workloads.contains(&other),
+        }
+    }
+
+    pub fn namespace_ignored(&self, namespace: &str) -> bool {
+        self.namespaces_to_ignore.iter().any(|n| n == namespace)
+    }
+}
+
+/// Splits Reloader's comma lists, trimming blanks and dropping empty entries.
+pub(crate) fn split_list(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+impl TryFrom<Flags> for Settings {
+    type Error = ConfigError;
+
+    fn try_from(f: Flags) -> Result<Self, ConfigError> {
+        let strategy = match f.reload_strategy.as_str() {
+            "env-vars" => ReloadStrategy::EnvVars,
+            "annotations" => ReloadStrategy::Annotations,
+            other => {
+                return Err(invalid(
+                    "reload-strategy",
+                    format!("'{other}' is not one of env-vars, annotations"),
+                ));
+            }
+        };
+
+        let mut ignored_configs = Vec::new();
+        for v in split_list(&f.resources_to_ignore) {
+            match v.to_ascii_lowercase().as_str() {
+                "configmaps" => ignored_configs.push(ConfigKind::ConfigMap),
+                "secrets" => ignored_configs.push(ConfigKind::Secret),
+                _ => {
+                    return Err(invalid(
+                        "resources-to-ignore",
+                        format!("only accepts 'configmaps' or 'secrets', not '{v}'"),
+                    ));
+                }
+            }
+        }
+        if ignored_configs.len() > 1 {
+            return Err(invalid(
+                "resources-to-ignore",
+                "only accepts 'configmaps' or 'secrets', not both",
+            ));
+        }
+
+        let mut ignored_workloads = Vec::new();
+        for v in split_list(&f.ignored_workload_types) {
+            match v.as_str() {
+                "jobs" => ignored_workloads.push(WorkloadKind::Job),
+                "cronjobs" => ignored_workloads.push(WorkloadKind::CronJob),
+                _ => {
+                    return Err(invalid(
+                        "ignored-workload-types",
+                        format!("accepts 'jobs', 'cronjobs', or both, not '{v}'"),
+                    ));
+                }
+            }
+        }
+
+        let mut namespaces = split_list(&f.namespaces);
+        if namespaces.is_empty()
+            && let Some(ns) = f.kubernetes_namespace.as_deref().map(str::trim)
+            && !ns.is_empty()
+        {
+            namespaces.push(ns.to_string());
+        }
+        let scope = if namespaces.is_empty() {
+            NamespaceScope::All
+        } else {
+            NamespaceScope::Only(namespaces)
+        };
+
+        let namespace_selector = reloader_selector_to_label_selector(&f.namespace_selector)
+            .map_err(|m| invalid("namespace-selector", m))?;
+        let resource_label_selector =
+            reloader_selector_to_label_selector(&f.resource_label_selector)
+                .map_err(|m| invalid("resource-label-selector", m))?;
+
+        if f.max_patches_per_second == 0 {
+            return Err(invalid("max-patches-per-second", "must be at least 1"));
+        }
+        if f.patch_burst == 0 {
+            return Err(invalid("patch-burst", "must be at least 1"));
+        }
+        let min_reload_interval = crate::policy::parse_go_duration(&f.min_reload_interval)
+            .map_err(|e| invalid("min-reload-interval", e.to_string()))?;
+
+        Ok(Settings {
+            keys: AnnotationKeys::from_flags(&f),
+            auto_reload_all: f.auto_reload_all,
+            strategy,
+            reload_on_create: f.reload_on_create,
+            reload_on_delete: f.reload_on_delete,
+            sync_after_restart: f.sync_after_restart,
+            scope,
+            namespace_selector,
+            resource_label_selector,
+            namespaces_to_ignore: split_list(&f.namespaces_to_ignore),
+            ignored_configs,
+            ignored_workloads,
+            argo_rollouts: f.is_argo_rollouts,
+            openshift: f.is_openshift,
+            csi_integration: f.enable_csi_integration,
+            enable_ha: f.enable_ha,
+            webhook_url: f.webhook_url.filter(|u| !u.trim().is_empty()),
+            min_reload_interval,
+            max_patches_per_second: f.max_patches_per_second,
+            patch_burst: f.patch_burst,
+            digest_workers: f.digest_workers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Result<Settings, ConfigError> {
+        let mut argv = vec!["kube-reloader"];
+        argv.extend_from_slice(args);
+        Settings::try_from(Flags::try_parse_from(argv).expect("flags parse"))
+    }
+
+    #[test]
+    fn defaults_match_reloader() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.strategy, ReloadStrategy::EnvVars);
+        assert!(!s.auto_reload_all && !s.reload_on_create && !s.reload_on_delete);
+        assert_eq!(s.scope, NamespaceScope::All);
+        assert_eq!(s.keys.auto, "reloader.stakater.com/auto");
+        assert_eq!(s.min_reload_interval, Duration::ZERO);
+    }
+
+    #[test]
+    fn unknown_strategy_names_the_flag() {
+        let err = settings(&["--reload-strategy", "rolling"]).unwrap_err();
+        assert!(err.to_string().contains("--reload-strategy"), "{err}");
+    }
+
+    #[test]
+    fn resources_to_ignore_rejects_both_and_unknown() {
+        assert!(settings(&["--resources-to-ignore", "configmaps,secrets"]).is_err());
+        assert!(settings(&["--resources-to-ignore", "pods"]).is_err());
+        let s = settings(&["--resources-to-ignore=ConfigMaps"]).unwrap();
+        assert!(!s.watches_config(ConfigKind::ConfigMap));
+        assert!(s.watches_config(ConfigKind::Secret));
+    }
+
+    #[test]
+    fn ignored_workload_types() {
+        let s = settings(&["--ignored-workload-types", "jobs,cronjobs"]).unwrap();
+        assert!(!s.handles_workload(WorkloadKind::Job));
+        assert!(!s.handles_workload(WorkloadKind::CronJob));
+        assert!(s.handles_workload(WorkloadKind::Deployment));
+        assert!(settings(&["--ignored-workload-types", "deployments"]).is_err());
+    }
+
+    #[test]
+    fn go_style_bool_flags() {
+        let s = settings(&[
+            "--reload-on-create=true",
+            "--auto-reload-all",
+            "--is-Argo-Rollouts=false",
+        ])
+        .unwrap();
+        assert!(s.reload_on_create && s.auto_reload_all && !s.argo_rollouts);
+        let s = settings(&["--reload-on-delete", "true", "--sync-after-restart=0"]).unwrap();
+        assert!(s.reload_on_delete && !s.sync_after_restart);
+    }
+
+    #[test]
+    fn namespaces_scope() {
+        let s = settings(&["--namespaces", "a, b"]).unwrap();
+        assert_eq!(s.scope, NamespaceScope::Only(vec!["a".into(), "b".into()]));
+    }
+
+    #[test]
+    fn zero_rate_is_rejected() {
+        let err = settings(&["--max-patches-per-second", "0"]).unwrap_err();
+        assert!(err.to_string().contains("max-patches-per-second"));
+    }
+}

@@ -1,0 +1,11 @@
+//! kube-reloader: rolls Kubernetes workloads when the ConfigMaps, Secrets or CSI secrets they use
+//! change. The data path, one module per stage:
+//! watch -> digest -> index -> decide -> rollout (queue, limiter, patch).
+
+pub mod config;
+pub mod decide;
+pub mod digest;
+pub mod model;
+pub mod policy;
+pub mod references;
+pub mod rollout;

@@ -1,0 +1,287 @@
+//! Which configs a pod template uses, and which container receives the reload env var
+//! (Reloader's container-choice rules). Pure functions over the typed pod spec.
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
+
+use crate::model::ConfigKind;
+
+/// Where a config is used in a pod spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigUse {
+    pub kind: ConfigKind,
+    pub name: String,
+}
+
+fn volume_uses(volume: &Volume, kind: ConfigKind, name: &str) -> bool {
+    match kind {
+        ConfigKind::ConfigMap => {
+            volume.config_map.as_ref().is_some_and(|c| c.name == name)
+                || volume.projected.as_ref().is_some_and(|p| {
+                    p.sources
+                        .iter()
+                        .flatten()
+                        .any(|s| s.config_map.as_ref().is_some_and(|c| c.name == name))
+                })
+        }
+        ConfigKind::Secret => {
+            volume
+                .secret
+                .as_ref()
+                .is_some_and(|s| s.secret_name.as_deref() == Some(name))
+                || volume.projected.as_ref().is_some_and(|p| {
+                    p.sources
+                        .iter()
+                        .flatten()
+                        .any(|s| s.secret.as_ref().is_some_and(|c| c.name == name))
+                })
+        }
+        ConfigKind::SecretProviderClass => volume.csi.as_ref().is_some_and(|c| {
+            c.volume_attributes
+                .as_ref()
+                .and_then(|a| a.get("secretProviderClass"))
+                .is_some_and(|v| v == name)
+        }),
+    }
+}
+
+fn mounts_any(container: &Container, volume_names: &[&str]) -> bool {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| volume_names.contains(&m.name.as_str()))
+}
+
+fn env_references(container: &Container, kind: ConfigKind, name: &str) -> bool {
+    let by_value_from = container.env.iter().flatten().any(|e| {
+        e.value_from.as_ref().is_some_and(|src| match kind {
+            ConfigKind::ConfigMap => src
+                .config_map_key_ref
+                .as_ref()
+                .is_some_and(|r| r.name == name),
+            ConfigKind::Secret => src.secret_key_ref.as_ref().is_some_and(|r| r.name == name),
+            ConfigKind::SecretProviderClass => false,
+        })
+    });
+    by_value_from
+        || container.env_from.iter().flatten().any(|e| match kind {
+            ConfigKind::ConfigMap => e.config_map_ref.as_ref().is_some_and(|r| r.name == name),
+            ConfigKind::Secret => e.secret_ref.as_ref().is_some_and(|r| r.name == name),
+            ConfigKind::SecretProviderClass => false,
+        })
+}
+
+/// The container that receives the env var for a config, and whether the pod spec really uses
+/// the config (`referenced`); `None` when the config is not used and `explicit` is false.
+///
+/// Order (Reloader's): the first regular container mounting it; else `containers[0]` if only an
+/// init container mounts it; else the first regular container referencing it from env; else
+/// `containers[0]` if only an init container does; else, for an explicit list, `containers[0]`.
+pub fn choose_container(
+    spec: &PodSpec,
+    kind: ConfigKind,
+    name: &str,
+    explicit: bool,
+) -> Option<ContainerChoice> {
+    if spec.containers.is_empty() {
+        return None;
+    }
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let volume_names: Vec<&str> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| volume_uses(v, kind, name))
+        .map(|v| v.name.as_str())
+        .collect();
+    let referenced = |index| {
+        Some(ContainerChoice {
+            index,
+            referenced: true,
+        })
+    };
+    if !volume_names.is_empty() {
+        if let Some(i) = spec
+            .containers
+            .iter()
+            .position(|c| mounts_any(c, &volume_names))
+        {
+            return referenced(i);
+        }
+        if init.iter().any(|c| mounts_any(c, &volume_names)) {
+            return referenced(0);
+        }
+    }
+    if let Some(i) = spec
+        .containers
+        .iter()
+        .position(|c| env_references(c, kind, name))
+    {
+        return referenced(i);
+    }
+    if init.iter().any(|c| env_references(c, kind, name)) {
+        return referenced(0);
+    }
+    explicit.then_some(ContainerChoice {
+        index: 0,
+        referenced: false,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerChoice {
+    pub index: usize,
+    pub referenced: bool,
+}
+
+/// Every config the pod spec uses (mounted by a container or read from env), deduplicated.
+pub fn config_uses(spec: &PodSpec) -> Vec<ConfigUse> {
+    let mut candidates: Vec<ConfigUse> = Vec::new();
+    let mut push = |kind, name: &str| {
+        if !name.is_empty() && !candidates.iter().any(|u| u.kind == kind && u.name == name) {
+            candidates.push(ConfigUse {
+                kind,
+                name: name.to_string(),
+            });
+        }
+    };
+    for v in spec.volumes.iter().flatten() {
+        if let Some(c) = &v.config_map {
+            push(ConfigKind::ConfigMap, &c.name);
+        }
+        if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
+            push(ConfigKind::Secret, name);
+        }
+        for s in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &s.config_map {
+                push(ConfigKind::ConfigMap, &c.name);
+            }
+            if let Some(c) = &s.secret {
+                push(ConfigKind::Secret, &c.name);
+            }
+        }
+        if let Some(spc) = v
+            .csi
+            .as_ref()
+            .and_then(|c| c.volume_attributes.as_ref())
+            .and_then(|a| a.get("secretProviderClass"))
+        {
+            push(ConfigKind::SecretProviderClass, spc);
+        }
+    }
+    let all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in all {
+        for e in c.env.iter().flatten() {
+            if let Some(src) = &e.value_from {
+                if let Some(r) = &src.config_map_key_ref {
+                    push(ConfigKind::ConfigMap, &r.name);
+                }
+                if let Some(r) = &src.secret_key_ref {
+                    push(ConfigKind::Secret, &r.name);
+                }
+            }
+        }
+        for e in c.env_from.iter().flatten() {
+            if let Some(r) = &e.config_map_ref {
+                push(ConfigKind::ConfigMap, &r.name);
+            }
+            if let Some(r) = &e.secret_ref {
+                push(ConfigKind::Secret, &r.name);
+            }
+        }
+    }
+    // A volume that no container mounts does not count (Reloader looks for the mount).
+    candidates.retain(|u| choose_container(spec, u.kind, &u.name, false).is_some());
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> PodSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn mounted_volume_picks_the_mounting_container() {
+        let s = spec(json!({
+            "containers": [{"name": "a"}, {"name": "b", "volumeMounts": [{"name": "cfg", "mountPath": "/c"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "app"}}]
+        }));
+        assert_eq!(
+            choose_container(&s, ConfigKind::ConfigMap, "app", false),
+            Some(ContainerChoice {
+                index: 1,
+                referenced: true
+            })
+        );
+        assert_eq!(choose_container(&s, ConfigKind::Secret, "app", false), None);
+    }
+
+    #[test]
+    fn init_container_use_goes_to_first_container() {
+        let s = spec(json!({
+            "containers": [{"name": "a"}, {"name": "b"}],
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "db"}}]}]
+        }));
+        assert_eq!(
+            choose_container(&s, ConfigKind::Secret, "db", false),
+            Some(ContainerChoice {
+                index: 0,
+                referenced: true
+            })
+        );
+    }
+
+    #[test]
+    fn env_value_from_and_projected_and_csi() {
+        let s = spec(json!({
+            "containers": [
+                {"name": "a", "volumeMounts": [{"name": "p", "mountPath": "/p"}, {"name": "csi", "mountPath": "/s"}]},
+                {"name": "b", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "envcm", "key": "k"}}}]}
+            ],
+            "volumes": [
+                {"name": "p", "projected": {"sources": [{"secret": {"name": "proj"}}]}},
+                {"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io", "volumeAttributes": {"secretProviderClass": "vault"}}},
+                {"name": "unmounted", "configMap": {"name": "orphan"}}
+            ]
+        }));
+        assert_eq!(
+            choose_container(&s, ConfigKind::ConfigMap, "envcm", false)
+                .unwrap()
+                .index,
+            1
+        );
+        assert_eq!(
+            choose_container(&s, ConfigKind::Secret, "proj", false)
+                .unwrap()
+                .index,
+            0
+        );
+        assert!(choose_container(&s, ConfigKind::SecretProviderClass, "vault", false).is_some());
+        let uses = config_uses(&s);
+        let names: Vec<_> = uses.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["proj", "vault", "envcm"]);
+    }
+
+    #[test]
+    fn explicit_list_falls_back_to_first_container_unreferenced() {
+        let s = spec(json!({"containers": [{"name": "a"}]}));
+        assert_eq!(
+            choose_container(&s, ConfigKind::ConfigMap, "x", false),
+            None
+        );
+        assert_eq!(
+            choose_container(&s, ConfigKind::ConfigMap, "x", true),
+            Some(ContainerChoice {
+                index: 0,
+                referenced: false
+            })
+        );
+    }
+}

@@ -1,0 +1,5 @@
+//! Rollout strategies: what a reload writes (template), how (per workload kind), and the single
+//! rate-limited, coalescing write queue everything goes through.
+
+pub mod naming;
+pub mod template;
