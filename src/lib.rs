@@ -5,6 +5,7 @@
 pub mod config;
 pub mod decide;
 pub mod digest;
+pub mod index;
 pub mod model;
 pub mod policy;
 pub mod references;

@@ -1,0 +1,207 @@
+//! The reverse index: config -> the workloads that use it or name it, plus what the controller
+//! remembers of each config (its digest, never its payload) and each workload (its parsed policy
+//! and the configs it uses). Fed by the watchers, read by the engine on every config event.
+//!
+//! Consistency without a global lock: each workload's data lives in one immutable
+//! `Arc<WorkloadEntry>` swapped in one step; edges are only a candidate filter. An update adds
+//! the new edges before swapping the entry and removes stale edges after, so edges always cover
+//! the entry a reader sees, and a reader evaluates only that entry: it never sees half a workload.
+
+mod entry;
+
+pub use entry::{ConfigState, IndexedUse, WorkloadEntry};
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use ahash::RandomState;
+use dashmap::DashMap;
+
+use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
+
+type Map<K, V> = DashMap<K, V, RandomState>;
+
+/// What an applied config event means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigTransition {
+    /// Not known before.
+    Created,
+    /// The content changed (blake3 differs).
+    Changed,
+    /// Same content (a label or annotation edit, or a resync): never a reload.
+    Unchanged,
+}
+
+#[derive(Default)]
+pub struct ReverseIndex {
+    configs: Map<ConfigKey, ConfigState>,
+    workloads: Map<WorkloadKey, Arc<WorkloadEntry>>,
+    edges: Map<ConfigKey, HashSet<WorkloadKey, RandomState>>,
+    /// Workloads whose reload lists hold regex entries, by namespace: they are checked against
+    /// every config event of their namespace because a regex cannot be looked up by name.
+    pattern_holders: Map<Arc<str>, HashSet<WorkloadKey, RandomState>>,
+}
+
+/// Counts for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexSizes {
+    pub configs: usize,
+    pub workloads: usize,
+    pub edges: usize,
+}
+
+impl ReverseIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    // ---- configs ----
+
+    pub fn apply_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
+        match self.configs.insert(key, state) {
+            None => ConfigTransition::Created,
+            Some(old) if old.digest.blake3 != state.digest.blake3 => ConfigTransition::Changed,
+            Some(_) => ConfigTransition::Unchanged,
+        }
+    }
+
+    pub fn delete_config(&self, key: &ConfigKey) -> Option<ConfigState> {
+        self.configs.remove(key).map(|(_, v)| v)
+    }
+
+    pub fn config(&self, key: &ConfigKey) -> Option<ConfigState> {
+        self.configs.get(key).map(|c| *c)
+    }
+
+    /// Keeps only the configs of `kind` that `keep` accepts (a relist replaced the set).
+    pub fn retain_configs(&self, mut keep: impl FnMut(&ConfigKey) -> bool) {
+        self.configs.retain(|k, _| keep(k));
+    }
+
+    // ---- workloads ----
+
+    pub fn apply_workload(&self, entry: WorkloadEntry) {
+        let entry = Arc::new(entry);
+        let key = entry.key.clone();
+        let new_edges = entry.edge_configs();
+        for config in &new_edges {
+            self.edges
+                .entry(config.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        if entry.has_patterns() {
+            self.pattern_holders
+                .entry(key.namespace.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        let old = self.workloads.insert(key.clone(), entry.clone());
+        if let Some(old) = old {
+            for config in old.edge_configs() {
+                if !new_edges.contains(&config) {
+                    self.remove_edge(&config, &key);
+                }
+            }
+            if old.has_patterns() && !entry.has_patterns() {
+                self.remove_pattern_holder(&key);
+            }
+        }
+    }
+
+    pub fn delete_workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
+        let (_, old) = self.workloads.remove(key)?;
+        for config in old.edge_configs() {
+            self.remove_edge(&config, key);
+        }
+        if old.has_patterns() {
+            self.remove_pattern_holder(key);
+        }
+        Some(old)
+    }
+
+    pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
+        self.workloads.get(key).map(|w| w.clone())
+    }
+
+    /// Removes the workloads of `kind` that `keep` rejects (after a relist).
+    pub fn retain_workloads(&self, kind: WorkloadKind, mut keep: impl FnMut(&WorkloadKey) -> bool) {
+        let stale: Vec<WorkloadKey> = self
+            .workloads
+            .iter()
+            .filter(|w| w.key().kind == kind && !keep(w.key()))
+            .map(|w| w.key().clone())
+            .collect();
+        for key in stale {
+            self.delete_workload(&key);
+        }
+    }
+
+    /// Forgets everything in a namespace (it left the selection or this shard).
+    pub fn drop_namespace(&self, namespace: &str) {
+        self.configs.retain(|k, _| &*k.namespace != namespace);
+        let keys: Vec<WorkloadKey> = self
+            .workloads
+            .iter()
+            .filter(|w| &*w.key().namespace == namespace)
+            .map(|w| w.key().clone())
+            .collect();
+        for key in keys {
+            self.delete_workload(&key);
+        }
+    }
+
+    /// Workloads that may be affected by a change of `config`: O(affected), no scan.
+    pub fn candidates(&self, config: &ConfigKey) -> Vec<Arc<WorkloadEntry>> {
+        let mut keys: Vec<WorkloadKey> = self
+            .edges
+            .get(config)
+            .map(|e| e.iter().cloned().collect())
+            .unwrap_or_default();
+        if let Some(holders) = self.pattern_holders.get(&config.namespace) {
+            keys.extend(
+                holders
+                    .iter()
+                    .filter(|k| !keys.contains(k))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        keys.iter().filter_map(|k| self.workload(k)).collect()
+    }
+
+    /// Every workload entry (startup reconcile, namespace takeover).
+    pub fn workloads_in(&self, namespace: Option<&str>) -> Vec<Arc<WorkloadEntry>> {
+        self.workloads
+            .iter()
+            .filter(|w| namespace.is_none_or(|ns| &*w.key().namespace == ns))
+            .map(|w| w.value().clone())
+            .collect()
+    }
+
+    pub fn sizes(&self) -> IndexSizes {
+        IndexSizes {
+            configs: self.configs.len(),
+            workloads: self.workloads.len(),
+            edges: self.edges.iter().map(|e| e.len()).sum(),
+        }
+    }
+
+    fn remove_edge(&self, config: &ConfigKey, key: &WorkloadKey) {
+        self.edges.remove_if_mut(config, |_, set| {
+            set.remove(key);
+            set.is_empty()
+        });
+    }
+
+    fn remove_pattern_holder(&self, key: &WorkloadKey) {
+        self.pattern_holders
+            .remove_if_mut(&key.namespace, |_, set| {
+                set.remove(key);
+                set.is_empty()
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests;

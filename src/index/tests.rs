@@ -1,0 +1,161 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::config::AnnotationKeys;
+use crate::digest::Digest;
+use crate::model::ConfigKind;
+use crate::policy::ReloadPolicy;
+
+fn entry(name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> WorkloadEntry {
+    let meta: BTreeMap<String, String> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    WorkloadEntry {
+        key: WorkloadKey::new(WorkloadKind::Deployment, "ns", name),
+        policy: ReloadPolicy::parse(&AnnotationKeys::default(), &meta, &BTreeMap::new()),
+        uses: uses
+            .iter()
+            .map(|u| IndexedUse {
+                kind: ConfigKind::ConfigMap,
+                name: Arc::from(*u),
+                recorded: None,
+            })
+            .collect(),
+        paused_at: None,
+        paused: false,
+    }
+}
+
+fn cm(name: &str) -> ConfigKey {
+    ConfigKey::new(ConfigKind::ConfigMap, "ns", name)
+}
+
+fn names(v: Vec<Arc<WorkloadEntry>>) -> Vec<String> {
+    let mut n: Vec<String> = v.iter().map(|e| e.key.name.to_string()).collect();
+    n.sort();
+    n
+}
+
+fn state(byte: u8) -> ConfigState {
+    ConfigState {
+        digest: Digest {
+            blake3: [byte; 32],
+            sha1: [byte; 20],
+        },
+        ignore: false,
+        matched: false,
+    }
+}
+
+#[test]
+fn candidates_follow_uses_and_literal_lists() {
+    let idx = ReverseIndex::new();
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    idx.apply_workload(entry(
+        "b",
+        &[],
+        &[("configmap.reloader.stakater.com/reload", "c1")],
+    ));
+    idx.apply_workload(entry("c", &["c2"], &[]));
+    assert_eq!(names(idx.candidates(&cm("c1"))), ["a", "b"]);
+    assert_eq!(names(idx.candidates(&cm("c2"))), ["c"]);
+    assert!(idx.candidates(&cm("c3")).is_empty());
+}
+
+#[test]
+fn update_replaces_edges_and_delete_removes_them() {
+    let idx = ReverseIndex::new();
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    idx.apply_workload(entry("a", &["c2"], &[]));
+    assert!(idx.candidates(&cm("c1")).is_empty());
+    assert_eq!(names(idx.candidates(&cm("c2"))), ["a"]);
+    assert_eq!(idx.sizes().edges, 1);
+    idx.delete_workload(&WorkloadKey::new(WorkloadKind::Deployment, "ns", "a"));
+    assert!(idx.candidates(&cm("c2")).is_empty());
+    assert_eq!(idx.sizes(), IndexSizes::default());
+}
+
+#[test]
+fn regex_lists_are_candidates_for_every_config_of_their_namespace() {
+    let idx = ReverseIndex::new();
+    idx.apply_workload(entry(
+        "r",
+        &[],
+        &[("configmap.reloader.stakater.com/reload", "app-.*")],
+    ));
+    assert_eq!(names(idx.candidates(&cm("anything"))), ["r"]);
+    assert!(
+        idx.candidates(&ConfigKey::new(ConfigKind::ConfigMap, "other", "app-1"))
+            .is_empty()
+    );
+    idx.apply_workload(entry("r", &[], &[]));
+    assert!(idx.candidates(&cm("anything")).is_empty());
+}
+
+#[test]
+fn config_transitions() {
+    let idx = ReverseIndex::new();
+    assert_eq!(
+        idx.apply_config(cm("c"), state(1)),
+        ConfigTransition::Created
+    );
+    assert_eq!(
+        idx.apply_config(cm("c"), state(1)),
+        ConfigTransition::Unchanged
+    );
+    assert_eq!(
+        idx.apply_config(cm("c"), state(2)),
+        ConfigTransition::Changed
+    );
+    assert!(idx.delete_config(&cm("c")).is_some());
+    assert_eq!(idx.config(&cm("c")), None);
+}
+
+#[test]
+fn drop_namespace_and_retain() {
+    let idx = ReverseIndex::new();
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    idx.apply_config(cm("c1"), state(1));
+    idx.apply_config(ConfigKey::new(ConfigKind::ConfigMap, "keep", "x"), state(1));
+    idx.drop_namespace("ns");
+    assert_eq!(
+        idx.sizes(),
+        IndexSizes {
+            configs: 1,
+            workloads: 0,
+            edges: 0
+        }
+    );
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    idx.apply_workload(entry("b", &["c1"], &[]));
+    idx.retain_workloads(WorkloadKind::Deployment, |k| &*k.name == "b");
+    assert_eq!(names(idx.candidates(&cm("c1"))), ["b"]);
+}
+
+#[test]
+fn concurrent_updates_never_lose_edges() {
+    let idx = Arc::new(ReverseIndex::new());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let idx = idx.clone();
+            std::thread::spawn(move || {
+                for i in 0..500 {
+                    let name = format!("w{t}-{}", i % 20);
+                    let uses = if i % 2 == 0 {
+                        vec!["shared"]
+                    } else {
+                        vec!["shared", "odd"]
+                    };
+                    idx.apply_workload(entry(&name, &uses, &[]));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(idx.candidates(&cm("shared")).len(), 80);
+    // Names with an odd suffix were last written with i odd, so they use "odd" too.
+    assert_eq!(idx.candidates(&cm("odd")).len(), 40);
+}
