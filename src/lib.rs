@@ -5,8 +5,10 @@
 pub mod config;
 pub mod decide;
 pub mod digest;
+pub mod engine;
 pub mod index;
 pub mod model;
 pub mod policy;
 pub mod references;
 pub mod rollout;
+pub mod shard;

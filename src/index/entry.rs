@@ -21,6 +21,8 @@ pub struct IndexedUse {
     pub name: Arc<str>,
     /// The Reloader hash the template already carries for it (env var or annotation).
     pub recorded: Option<Box<str>>,
+    /// The template mounts it or reads it from env (false: only named in a reload list).
+    pub referenced: bool,
 }
 
 /// One workload, immutable once built (replaced whole on update).
@@ -40,6 +42,11 @@ impl WorkloadEntry {
         self.uses
             .iter()
             .find(|u| u.kind == kind && &*u.name == name)
+    }
+
+    /// The pod template mounts the config or reads it from env.
+    pub fn references(&self, kind: ConfigKind, name: &str) -> bool {
+        self.uses_config(kind, name).is_some_and(|u| u.referenced)
     }
 
     /// Configs the index links to this workload: those it uses and literal list entries.

@@ -7,7 +7,10 @@
 //! the new edges before swapping the entry and removes stale edges after, so edges always cover
 //! the entry a reader sees, and a reader evaluates only that entry: it never sees half a workload.
 
+mod build;
 mod entry;
+
+pub use build::{BuildError, workload_entry};
 
 pub use entry::{ConfigState, IndexedUse, WorkloadEntry};
 

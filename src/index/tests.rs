@@ -20,6 +20,7 @@ fn entry(name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> WorkloadEnt
                 kind: ConfigKind::ConfigMap,
                 name: Arc::from(*u),
                 recorded: None,
+                referenced: true,
             })
             .collect(),
         paused_at: None,

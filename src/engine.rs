@@ -1,0 +1,233 @@
+//! The engine turns index events into queued writes: a config changed -> its candidate workloads
+//! -> the decision -> the queue. It also finds, after a (re)sync, workloads whose recorded hash no
+//! longer matches their config, so no change is lost while the controller was down.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::{Span, debug, info, info_span};
+
+use crate::config::Settings;
+use crate::decide::{
+    ConfigFacts, DecisionSwitches, ReloadDecision, ReloadReason, WorkloadFacts, decide,
+};
+use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
+use crate::model::ConfigKey;
+use crate::rollout::template::TemplateChange;
+use crate::rollout::{QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
+use crate::shard::Ownership;
+
+/// Receives config-level notifications (the `--webhook-url` mode, metrics).
+pub trait ConfigObserver: Send + Sync + 'static {
+    /// A config change passed the filters; `affected` workloads were queued.
+    fn config_changed(&self, _config: &ConfigKey, _affected: usize) {}
+    /// A candidate was skipped, with the reason.
+    fn skipped(&self, _config: &ConfigKey, _reason: &'static str) {}
+}
+
+impl ConfigObserver for () {}
+
+pub struct Engine<W, O, C = ()> {
+    pub index: Arc<ReverseIndex>,
+    pub settings: Arc<Settings>,
+    pub ownership: Arc<Ownership>,
+    queue: ReloadQueue<W, O>,
+    observer: C,
+}
+
+/// Why a config event arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The first list after start: existing configs are not changes.
+    Startup,
+    /// A live event, or a relist after a broken watch (differences then are real changes).
+    Live,
+}
+
+impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
+    pub fn new(
+        index: Arc<ReverseIndex>,
+        settings: Arc<Settings>,
+        ownership: Arc<Ownership>,
+        queue: ReloadQueue<W, O>,
+        observer: C,
+    ) -> Self {
+        Self {
+            index,
+            settings,
+            ownership,
+            queue,
+            observer,
+        }
+    }
+
+    pub fn queue(&self) -> &ReloadQueue<W, O> {
+        &self.queue
+    }
+
+    /// A config was listed or changed. Returns how many workloads were queued.
+    pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
+        if !self.ownership.owns(&key.namespace) {
+            return 0;
+        }
+        let observed_at = Instant::now();
+        match (self.index.apply_config(key.clone(), state), phase) {
+            (ConfigTransition::Unchanged, _) => 0,
+            (ConfigTransition::Changed, _) => self.fan_out(&key, &state, false, observed_at),
+            (ConfigTransition::Created, Phase::Live) if self.settings.reload_on_create => {
+                self.fan_out(&key, &state, false, observed_at)
+            }
+            (ConfigTransition::Created, Phase::Startup)
+                if self.settings.reload_on_create && self.settings.sync_after_restart =>
+            {
+                self.fan_out(&key, &state, false, observed_at)
+            }
+            (ConfigTransition::Created, _) => 0,
+        }
+    }
+
+    /// A config was deleted. Returns how many workloads were queued.
+    pub fn config_deleted(&self, key: &ConfigKey) -> usize {
+        let Some(state) = self.index.delete_config(key) else {
+            return 0;
+        };
+        if !self.settings.reload_on_delete || !self.ownership.owns(&key.namespace) {
+            return 0;
+        }
+        self.fan_out(key, &state, true, Instant::now())
+    }
+
+    fn fan_out(
+        &self,
+        key: &ConfigKey,
+        state: &ConfigState,
+        deleted: bool,
+        observed_at: Instant,
+    ) -> usize {
+        let span = info_span!(
+            "config_change",
+            config.kind = %key.kind,
+            config.namespace = %key.namespace,
+            config.name = %key.name,
+            deleted,
+            affected = tracing::field::Empty,
+        );
+        let hash = (!deleted).then(|| state.digest.reloader_hash());
+        let mut affected = 0;
+        for entry in self.index.candidates(key) {
+            if let Some(reason) = self.decide(key, state, &entry) {
+                self.enqueue(&entry, key, hash.clone(), reason, observed_at, &span);
+                affected += 1;
+            }
+        }
+        span.record("affected", affected);
+        span.in_scope(|| debug!(config = %key, affected, "config change fanned out"));
+        self.observer.config_changed(key, affected);
+        affected
+    }
+
+    fn decide(
+        &self,
+        key: &ConfigKey,
+        state: &ConfigState,
+        entry: &WorkloadEntry,
+    ) -> Option<ReloadReason> {
+        let decision = decide(
+            ConfigFacts {
+                kind: key.kind,
+                name: &key.name,
+                ignore: state.ignore,
+                matched: state.matched,
+            },
+            WorkloadFacts {
+                kind: entry.key.kind,
+                policy: &entry.policy,
+                referenced: entry.references(key.kind, &key.name),
+            },
+            DecisionSwitches {
+                auto_reload_all: self.settings.auto_reload_all,
+                ignored_workloads: &self.settings.ignored_workloads,
+            },
+        );
+        match decision {
+            ReloadDecision::Reload(reason) => Some(reason),
+            ReloadDecision::Skip(reason) => {
+                self.observer.skipped(key, reason.as_str());
+                None
+            }
+        }
+    }
+
+    fn enqueue(
+        &self,
+        entry: &WorkloadEntry,
+        key: &ConfigKey,
+        hash: Option<String>,
+        reason: ReloadReason,
+        observed_at: Instant,
+        span: &Span,
+    ) {
+        self.queue.enqueue(
+            entry.key.clone(),
+            QueuedChange {
+                change: TemplateChange {
+                    config: key.clone(),
+                    hash,
+                    explicit: reason == ReloadReason::ExplicitList,
+                },
+                observed_at,
+                span: span.clone(),
+            },
+        );
+    }
+
+    /// After a sync (start, a namespace entering the selection): queue workloads whose recorded
+    /// hash differs from their config's current hash. Workloads with no recorded hash are left
+    /// alone, so a start never rolls the cluster.
+    pub fn reconcile_recorded(&self, namespace: Option<&str>) -> usize {
+        let mut queued = 0;
+        for entry in self.index.workloads_in(namespace) {
+            if !self.ownership.owns(&entry.key.namespace) {
+                continue;
+            }
+            for u in &entry.uses {
+                let Some(recorded) = u.recorded.as_deref() else {
+                    continue;
+                };
+                let key = ConfigKey {
+                    kind: u.kind,
+                    namespace: entry.key.namespace.clone(),
+                    name: u.name.clone(),
+                };
+                let Some(state) = self.index.config(&key) else {
+                    continue;
+                };
+                let hash = state.digest.reloader_hash();
+                if hash == recorded {
+                    continue;
+                }
+                if let Some(reason) = self.decide(&key, &state, &entry) {
+                    let span = info_span!(
+                        "config_change",
+                        config.kind = %key.kind,
+                        config.namespace = %key.namespace,
+                        config.name = %key.name,
+                        missed_while_down = true,
+                    );
+                    self.enqueue(&entry, &key, Some(hash), reason, Instant::now(), &span);
+                    queued += 1;
+                }
+            }
+        }
+        if queued > 0 {
+            info!(
+                queued,
+                "reloading workloads whose configs changed while they were not watched"
+            );
+        }
+        queued
+    }
+}
+
+#[cfg(test)]
+mod tests;

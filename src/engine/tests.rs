@@ -1,0 +1,223 @@
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::json;
+
+use super::*;
+use crate::config::Flags;
+use crate::digest::{ConfigPayload, digest_payload};
+use crate::index::workload_entry;
+use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
+use crate::rollout::{WriteError, WriteOutcome};
+
+#[derive(Default, Clone)]
+struct Writes(Arc<Mutex<Vec<(String, Vec<TemplateChange>)>>>);
+
+impl WorkloadWriter for Writes {
+    async fn write(
+        &self,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+    ) -> Result<WriteOutcome, WriteError> {
+        let c = changes.iter().map(|c| c.change.clone()).collect();
+        self.0.lock().unwrap().push((key.name.to_string(), c));
+        Ok(WriteOutcome::Reloaded)
+    }
+}
+
+fn engine(args: &[&str]) -> (Engine<Writes, ()>, Writes) {
+    let mut argv = vec!["kube-reloader"];
+    argv.extend_from_slice(args);
+    let settings = Arc::new(Settings::try_from(Flags::parse_from(argv)).unwrap());
+    let writes = Writes::default();
+    let queue = ReloadQueue::start(writes.clone(), (), Default::default());
+    let ownership = Arc::new(Ownership::new(Vec::new(), false));
+    (
+        Engine::new(
+            Arc::new(ReverseIndex::new()),
+            settings,
+            ownership,
+            queue,
+            (),
+        ),
+        writes,
+    )
+}
+
+fn state(value: &str) -> ConfigState {
+    let mut data = BTreeMap::new();
+    data.insert("k".to_string(), value.to_string());
+    ConfigState {
+        digest: digest_payload(ConfigPayload::ConfigMap {
+            data,
+            binary_data: BTreeMap::new(),
+        }),
+        ignore: false,
+        matched: false,
+    }
+}
+
+fn deployment(
+    e: &Engine<Writes, ()>,
+    name: &str,
+    annotations: serde_json::Value,
+    env: serde_json::Value,
+) {
+    let obj = json!({
+        "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": "app", "envFrom": [{"configMapRef": {"name": "cfg"}}], "env": env
+        }]}}}
+    });
+    let entry = workload_entry(WorkloadKind::Deployment, &obj, &e.settings.keys).unwrap();
+    e.index.apply_workload(entry);
+}
+
+fn cfg() -> ConfigKey {
+    ConfigKey::new(ConfigKind::ConfigMap, "ns", "cfg")
+}
+
+async fn settle(e: &Engine<Writes, ()>) {
+    assert!(e.queue().drain(Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn startup_list_reloads_nothing_and_changes_reload_opted_in_workloads() {
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    deployment(&e, "plain", json!({}), json!([]));
+    assert_eq!(e.config_applied(cfg(), state("v1"), Phase::Startup), 0);
+    assert_eq!(
+        e.config_applied(cfg(), state("v1"), Phase::Live),
+        0,
+        "same content"
+    );
+    assert_eq!(e.config_applied(cfg(), state("v2"), Phase::Live), 1);
+    settle(&e).await;
+    let w = writes.0.lock().unwrap().clone();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].0, "auto");
+    assert_eq!(w[0].1[0].hash, Some(state("v2").digest.reloader_hash()));
+}
+
+#[tokio::test]
+async fn create_and_delete_follow_their_flags() {
+    let (e, _) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    assert_eq!(e.config_applied(cfg(), state("v1"), Phase::Live), 0);
+    assert_eq!(e.config_deleted(&cfg()), 0);
+    let (e, writes) = engine(&["--reload-on-create=true", "--reload-on-delete=true"]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    assert_eq!(e.config_applied(cfg(), state("v1"), Phase::Live), 1);
+    settle(&e).await;
+    assert_eq!(e.config_deleted(&cfg()), 1);
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap()[1].1[0].hash, None);
+}
+
+#[tokio::test]
+async fn sync_after_restart_treats_listed_configs_as_created() {
+    let (e, _) = engine(&["--reload-on-create=true", "--sync-after-restart"]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    assert_eq!(e.config_applied(cfg(), state("v1"), Phase::Startup), 1);
+}
+
+#[tokio::test]
+async fn reconcile_reloads_only_stale_recorded_hashes() {
+    let (e, writes) = engine(&[]);
+    let current = state("v2").digest.reloader_hash();
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    deployment(
+        &e,
+        "stale",
+        auto.clone(),
+        json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": "old"}]),
+    );
+    deployment(
+        &e,
+        "fresh",
+        auto.clone(),
+        json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": current}]),
+    );
+    deployment(&e, "never", auto, json!([]));
+    e.config_applied(cfg(), state("v2"), Phase::Startup);
+    assert_eq!(e.reconcile_recorded(None), 1);
+    settle(&e).await;
+    let w = writes.0.lock().unwrap().clone();
+    assert_eq!(
+        w.iter().map(|w| w.0.as_str()).collect::<Vec<_>>(),
+        ["stale"]
+    );
+}
+
+#[tokio::test]
+async fn ignored_namespace_is_not_indexed_or_reloaded() {
+    let (mut e, _) = engine(&[]);
+    e.ownership = Arc::new(Ownership::new(["ns".to_string()], false));
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e.config_applied(cfg(), state("v1"), Phase::Live);
+    assert_eq!(e.config_applied(cfg(), state("v2"), Phase::Live), 0);
+    assert_eq!(e.index.config(&cfg()), None);
+}
+
+#[tokio::test]
+async fn fan_out_coalesces_two_configs_of_one_workload() {
+    let (e, writes) = engine(&[]);
+    let obj = json!({
+        "metadata": {"name": "two", "namespace": "ns", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": "app", "envFrom": [{"configMapRef": {"name": "a"}}, {"configMapRef": {"name": "b"}}]
+        }]}}}
+    });
+    e.index
+        .apply_workload(workload_entry(WorkloadKind::Deployment, &obj, &e.settings.keys).unwrap());
+    for n in ["a", "b"] {
+        e.config_applied(
+            ConfigKey::new(ConfigKind::ConfigMap, "ns", n),
+            state("1"),
+            Phase::Startup,
+        );
+    }
+    // Both change before the queue runs: one write carries both.
+    e.config_applied(
+        ConfigKey::new(ConfigKind::ConfigMap, "ns", "a"),
+        state("2"),
+        Phase::Live,
+    );
+    e.config_applied(
+        ConfigKey::new(ConfigKind::ConfigMap, "ns", "b"),
+        state("2"),
+        Phase::Live,
+    );
+    settle(&e).await;
+    let total: usize = writes.0.lock().unwrap().iter().map(|w| w.1.len()).sum();
+    assert_eq!(total, 2);
+    assert!(writes.0.lock().unwrap().len() <= 2);
+}

@@ -1,0 +1,158 @@
+//! Builds a [`WorkloadEntry`] from a workload object as the API server sent it. Pure.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde_json::Value;
+
+use crate::config::AnnotationKeys;
+use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
+use crate::policy::{NamePattern, ReloadPolicy};
+use crate::references::config_uses;
+use crate::rollout::template::recorded_hash;
+
+use super::{IndexedUse, WorkloadEntry};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the object has no metadata.name or metadata.namespace")]
+    NoIdentity,
+    #[error("the pod template cannot be read: {0}")]
+    BadTemplate(#[from] serde_json::Error),
+}
+
+fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
+    value
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn workload_entry(
+    kind: WorkloadKind,
+    object: &Value,
+    keys: &AnnotationKeys,
+) -> Result<WorkloadEntry, BuildError> {
+    let name = object.pointer("/metadata/name").and_then(Value::as_str);
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    let (Some(name), Some(namespace)) = (name, namespace) else {
+        return Err(BuildError::NoIdentity);
+    };
+    let key = WorkloadKey::new(kind, namespace, name);
+    let metadata = string_map(object.pointer("/metadata/annotations"));
+    let template: PodTemplateSpec = object
+        .pointer(kind.pod_template_pointer())
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()?
+        .unwrap_or_default();
+    let template_annotations = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    let policy = ReloadPolicy::parse(keys, &metadata, &template_annotations);
+    let spec = template.spec.unwrap_or_default();
+
+    let recorded = |kind: ConfigKind, name: &str| {
+        recorded_hash(
+            &spec,
+            &template_annotations,
+            keys,
+            &ConfigKey::new(kind, namespace, name),
+        )
+        .map(String::into_boxed_str)
+    };
+    let mut uses: Vec<IndexedUse> = config_uses(&spec)
+        .into_iter()
+        .map(|u| IndexedUse {
+            recorded: recorded(u.kind, &u.name),
+            referenced: true,
+            kind: u.kind,
+            name: Arc::from(u.name),
+        })
+        .collect();
+    // Literal list entries the template does not use still carry a recorded hash once rolled.
+    for kind in ConfigKind::ALL {
+        for pattern in &policy.for_type(kind).explicit {
+            if let NamePattern::Literal(name) = pattern
+                && !uses.iter().any(|u| u.kind == kind && u.name == *name)
+                && let Some(hash) = recorded(kind, name)
+            {
+                uses.push(IndexedUse {
+                    kind,
+                    name: name.clone(),
+                    recorded: Some(hash),
+                    referenced: false,
+                });
+            }
+        }
+    }
+
+    let paused_at = metadata
+        .get(&keys.paused_at)
+        .and_then(|v| v.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second());
+    let paused = object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
+    Ok(WorkloadEntry {
+        key,
+        policy,
+        uses,
+        paused_at,
+        paused,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn builds_uses_recorded_hashes_and_pause_state() {
+        let obj = json!({
+            "metadata": {"name": "web", "namespace": "ns", "annotations": {
+                "reloader.stakater.com/auto": "true",
+                "secret.reloader.stakater.com/reload": "listed",
+                "deployment.reloader.stakater.com/paused-at": "2026-01-01T00:00:00Z"
+            }},
+            "spec": {"paused": true, "template": {"spec": {"containers": [{
+                "name": "app",
+                "envFrom": [{"configMapRef": {"name": "cfg"}}],
+                "env": [
+                    {"name": "STAKATER_CFG_CONFIGMAP", "value": "h1"},
+                    {"name": "STAKATER_LISTED_SECRET", "value": "h2"}
+                ]
+            }]}}}
+        });
+        let e = workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap();
+        assert_eq!(e.key.to_string(), "Deployment/ns/web");
+        assert_eq!(e.uses.len(), 2);
+        assert_eq!(e.uses[0].recorded.as_deref(), Some("h1"));
+        assert!(e.uses[0].referenced);
+        assert_eq!(e.uses[1].recorded.as_deref(), Some("h2"));
+        assert!(!e.uses[1].referenced);
+        assert!(e.paused);
+        assert_eq!(e.paused_at, Some(1767225600));
+    }
+
+    #[test]
+    fn cronjob_template_path() {
+        let obj = json!({
+            "metadata": {"name": "cj", "namespace": "ns"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{
+                "name": "c", "volumeMounts": [{"name": "v", "mountPath": "/v"}]
+            }], "volumes": [{"name": "v", "secret": {"secretName": "s"}}]}}}}}
+        });
+        let e = workload_entry(WorkloadKind::CronJob, &obj, &AnnotationKeys::default()).unwrap();
+        assert_eq!(&*e.uses[0].name, "s");
+        assert_eq!(e.uses[0].kind, ConfigKind::Secret);
+    }
+}
