@@ -3,12 +3,16 @@
 //! watch -> digest -> index -> decide -> rollout (queue, limiter, patch).
 
 pub mod config;
+pub mod controller;
 pub mod decide;
 pub mod digest;
 pub mod engine;
+pub mod http;
 pub mod index;
 pub mod model;
 pub mod policy;
 pub mod references;
 pub mod rollout;
 pub mod shard;
+pub mod telemetry;
+pub mod watch;

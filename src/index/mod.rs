@@ -20,7 +20,7 @@ use std::sync::Arc;
 use ahash::RandomState;
 use dashmap::DashMap;
 
-use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
+use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
 
 type Map<K, V> = DashMap<K, V, RandomState>;
 
@@ -76,9 +76,15 @@ impl ReverseIndex {
         self.configs.get(key).map(|c| *c)
     }
 
-    /// Keeps only the configs of `kind` that `keep` accepts (a relist replaced the set).
-    pub fn retain_configs(&self, mut keep: impl FnMut(&ConfigKey) -> bool) {
-        self.configs.retain(|k, _| keep(k));
+    /// Keys of the known configs of `kind`, in one namespace or all.
+    pub fn config_keys(&self, kind: ConfigKind, namespace: Option<&str>) -> Vec<ConfigKey> {
+        self.configs
+            .iter()
+            .filter(|c| {
+                c.key().kind == kind && namespace.is_none_or(|ns| &*c.key().namespace == ns)
+            })
+            .map(|c| c.key().clone())
+            .collect()
     }
 
     // ---- workloads ----
@@ -180,6 +186,17 @@ impl ReverseIndex {
             .filter(|w| namespace.is_none_or(|ns| &*w.key().namespace == ns))
             .map(|w| w.value().clone())
             .collect()
+    }
+
+    /// Namespaces that hold at least one indexed config or workload.
+    pub fn namespaces(&self) -> HashSet<Arc<str>> {
+        let mut out: HashSet<Arc<str>> = self
+            .configs
+            .iter()
+            .map(|c| c.key().namespace.clone())
+            .collect();
+        out.extend(self.workloads.iter().map(|w| w.key().namespace.clone()));
+        out
     }
 
     pub fn sizes(&self) -> IndexSizes {

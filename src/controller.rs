@@ -1,0 +1,149 @@
+//! Wires the stages together and runs them until a signal or a fatal error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::Client;
+use tracing::{error, info, warn};
+
+use crate::config::{Flags, Settings};
+use crate::digest::DigestPool;
+use crate::engine::Engine;
+use crate::http::{AdminState, parse_listen_addr};
+use crate::index::ReverseIndex;
+use crate::rollout::pause::PauseKeeper;
+use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue};
+use crate::shard::Ownership;
+use crate::telemetry::events::EventSink;
+use crate::telemetry::metrics::Metrics;
+use crate::watch::WatchContext;
+
+/// How long in-flight writes may take to finish on SIGTERM.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+fn queue_settings(settings: &Settings) -> QueueSettings {
+    QueueSettings {
+        min_reload_interval: settings.min_reload_interval,
+        max_per_second: settings
+            .max_patches_per_second
+            .try_into()
+            .expect("validated non-zero"),
+        burst: settings.patch_burst.try_into().expect("validated non-zero"),
+        ..QueueSettings::default()
+    }
+}
+
+/// Turns on DeploymentConfig support when the OpenShift API is served (as Reloader detects it).
+async fn detect_openshift(client: &Client, settings: &mut Settings) {
+    if settings.openshift {
+        return;
+    }
+    match client.list_api_groups().await {
+        Ok(groups) if groups.groups.iter().any(|g| g.name == "apps.openshift.io") => {
+            info!("apps.openshift.io is served: DeploymentConfigs will be reloaded");
+            settings.openshift = true;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            warn!(error = %e, "API discovery failed; DeploymentConfigs only with --is-openshift")
+        }
+    }
+}
+
+pub async fn run(flags: Flags) -> anyhow::Result<()> {
+    let metrics_addr = parse_listen_addr(&flags.metrics_addr)
+        .with_context(|| format!("--metrics-addr: '{}' is not host:port", flags.metrics_addr))?;
+    let mut settings = Settings::try_from(flags)?;
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
+    detect_openshift(&client, &mut settings).await;
+    if settings.enable_ha {
+        warn!("--enable-ha: leader election is not implemented yet; this replica acts alone");
+    }
+    let settings = Arc::new(settings);
+    let pod_name = std::env::var("POD_NAME").ok();
+
+    let ownership = Arc::new(Ownership::new(
+        settings.namespaces_to_ignore.clone(),
+        settings.namespace_selector.is_some(),
+    ));
+    let index = Arc::new(ReverseIndex::new());
+    let metrics =
+        Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
+    let events = EventSink::new(client.clone(), pod_name.clone());
+    let pauses = PauseKeeper::new(
+        client.clone(),
+        ownership.clone(),
+        settings.keys.paused_at.clone(),
+    );
+    let writer = Arc::new(KubeWriter::new(
+        client.clone(),
+        settings.clone(),
+        ownership.clone(),
+        events.clone(),
+        pauses.clone(),
+    ));
+    let queue = ReloadQueue::start(writer, metrics.clone(), queue_settings(&settings));
+    let engine = Arc::new(Engine::new(
+        index.clone(),
+        settings.clone(),
+        ownership.clone(),
+        queue,
+        metrics.clone(),
+    ));
+    let pool = if settings.digest_workers == 0 {
+        DigestPool::for_available_parallelism()
+    } else {
+        DigestPool::new(settings.digest_workers)
+    };
+    let watches = WatchContext::new(
+        client,
+        engine.clone(),
+        pool,
+        events,
+        pauses,
+        metrics.clone(),
+    );
+
+    let ready_probe = watches.clone();
+    let admin = Arc::new(AdminState {
+        metrics,
+        index,
+        ownership,
+        ready: Box::new(move || ready_probe.is_ready()),
+    });
+    let mut admin_server = tokio::spawn(crate::http::serve(metrics_addr, admin));
+    let mut watching = tokio::spawn(watches.run());
+
+    // A critical task ending means the controller can no longer do its job: exit non-zero.
+    tokio::select! {
+        r = &mut watching => {
+            let e = r.map_err(anyhow::Error::from).and_then(|r| r).err();
+            error!(error = ?e, "watches stopped");
+            anyhow::bail!("watches stopped: {e:?}");
+        }
+        r = &mut admin_server => {
+            anyhow::bail!("admin endpoint stopped: {r:?}");
+        }
+        _ = shutdown_signal() => {
+            info!("shutting down: no new work, finishing in-flight writes");
+            watching.abort();
+            let drained = engine.queue().drain(DRAIN_DEADLINE).await;
+            if !drained {
+                warn!(left = engine.queue().depth(), "writes still pending at the shutdown deadline");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

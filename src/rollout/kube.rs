@@ -1,0 +1,384 @@
+//! Writes reloads to the API server, one strategy per workload kind:
+//! - Deployment, StatefulSet, DaemonSet, DeploymentConfig, Argo Rollout: JSON Patch of the pod
+//!   template, guarded by a `test` of the resourceVersion (optimistic concurrency);
+//! - Argo Rollout with `rollout-strategy: restart`: `spec.restartAt`;
+//! - CronJob: never modified; a Job is created from its template;
+//! - Job: deleted and re-created with the same name and the new template.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kube::Client;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy,
+};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+use crate::config::{AnnotationKeys, Settings};
+use crate::model::{WorkloadKey, WorkloadKind};
+use crate::policy::{RolloutStrategy, parse_go_duration};
+use crate::shard::Ownership;
+use crate::telemetry::events::{EventSink, reloaded_message, workload_reference};
+
+use super::pause::PauseKeeper;
+use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome};
+use super::template::{TemplateChange, edit_template, escape_pointer, json_patch_ops};
+
+/// The API resource of each workload kind.
+pub fn api_resource(kind: WorkloadKind) -> ApiResource {
+    match kind {
+        WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
+        WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
+        WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
+        WorkloadKind::Job => ApiResource::erase::<Job>(&()),
+        WorkloadKind::Rollout => ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
+            "rollouts",
+        ),
+        WorkloadKind::DeploymentConfig => ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig"),
+            "deploymentconfigs",
+        ),
+    }
+}
+
+/// Classifies an API error for the queue's retry policy.
+pub fn classify(error: kube::Error) -> WriteError {
+    match &error {
+        kube::Error::Api(status) => match status.code {
+            409 => WriteError::Conflict(status.message.clone()),
+            // A failed JSON Patch `test` (the resourceVersion moved) is a conflict too.
+            422 if status.message.contains("test") => WriteError::Conflict(status.message.clone()),
+            429 | 500..=599 => WriteError::Transient(format!("{} {}", status.code, status.message)),
+            _ => WriteError::Permanent(format!("{} {}", status.code, status.message)),
+        },
+        _ => WriteError::Transient(error.to_string()),
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+pub struct KubeWriter {
+    client: Client,
+    settings: Arc<Settings>,
+    ownership: Arc<Ownership>,
+    events: EventSink,
+    pauses: PauseKeeper,
+}
+
+impl KubeWriter {
+    pub fn new(
+        client: Client,
+        settings: Arc<Settings>,
+        ownership: Arc<Ownership>,
+        events: EventSink,
+        pauses: PauseKeeper,
+    ) -> Self {
+        Self {
+            client,
+            settings,
+            ownership,
+            events,
+            pauses,
+        }
+    }
+
+    fn api(&self, key: &WorkloadKey) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &key.namespace, &api_resource(key.kind))
+    }
+
+    fn keys(&self) -> &AnnotationKeys {
+        &self.settings.keys
+    }
+
+    async fn write_once(
+        &self,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+    ) -> Result<WriteOutcome, WriteError> {
+        // A queued write can outlive this replica's ownership of the namespace: re-check first.
+        if !self.ownership.owns(&key.namespace) {
+            return Ok(WriteOutcome::Dropped("namespace not owned"));
+        }
+        let api = self.api(key);
+        let object = match api.get_opt(&key.name).await.map_err(classify)? {
+            Some(o) => o,
+            None => return Ok(WriteOutcome::Dropped("workload vanished")),
+        };
+        let mut value =
+            serde_json::to_value(&object).map_err(|e| WriteError::Permanent(e.to_string()))?;
+        let template_changes: Vec<TemplateChange> =
+            changes.iter().map(|c| c.change.clone()).collect();
+        let now = jiff::Timestamp::now();
+
+        let written = match key.kind {
+            WorkloadKind::Rollout if self.rollout_strategy(&value) == RolloutStrategy::Restart => {
+                let patch = json!({"spec": {"restartAt": now.to_string()}});
+                api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(classify)?;
+                template_changes.iter().map(|c| c.config.clone()).collect()
+            }
+            _ => {
+                let edit = edit_template(
+                    &mut value,
+                    key.kind,
+                    self.settings.strategy,
+                    self.keys(),
+                    &template_changes,
+                    now.as_second(),
+                )
+                .map_err(|e| WriteError::Permanent(e.to_string()))?;
+                if edit.is_empty() {
+                    debug!(workload = %key, "already up to date, nothing written");
+                    return Ok(WriteOutcome::UpToDate);
+                }
+                match key.kind {
+                    WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
+                    WorkloadKind::Job => self.recreate_job(key, value).await?,
+                    _ => {
+                        self.patch_template(key, &mut value, &edit.touched, now)
+                            .await?
+                    }
+                }
+                edit.written
+            }
+        };
+        let uid = object.metadata.uid.clone();
+        let reference = workload_reference(key, uid);
+        let trace_id = crate::telemetry::current_trace_id();
+        for config in &written {
+            info!(workload = %key, config = %config, strategy = self.settings.strategy.as_str(), "reloaded");
+            self.events
+                .reloaded(
+                    &reference,
+                    reloaded_message(config, key, trace_id.as_deref()),
+                )
+                .await;
+        }
+        Ok(WriteOutcome::Reloaded)
+    }
+
+    fn rollout_strategy(&self, value: &Value) -> RolloutStrategy {
+        let strategy = value
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                escape_pointer(&self.keys().rollout_strategy)
+            ))
+            .and_then(Value::as_str);
+        match strategy {
+            Some("restart") => RolloutStrategy::Restart,
+            _ => RolloutStrategy::Rollout,
+        }
+    }
+
+    async fn patch_template(
+        &self,
+        key: &WorkloadKey,
+        value: &mut Value,
+        touched: &[String],
+        now: jiff::Timestamp,
+    ) -> Result<(), WriteError> {
+        let mut touched = touched.to_vec();
+        let pause = self.pause_to_start(key, value);
+        if let Some(period) = pause {
+            // Pause in the same write as the template change, so one rollout covers the period.
+            value["spec"]["paused"] = json!(true);
+            let annotations = value["metadata"]
+                .as_object_mut()
+                .map(|m| m.entry("annotations").or_insert_with(|| json!({})));
+            if let Some(Value::Object(a)) = annotations {
+                a.insert(self.keys().paused_at.clone(), json!(now.to_string()));
+            }
+            touched.push("/spec/paused".into());
+            touched.push("/metadata/annotations".into());
+            self.pauses.schedule(key.clone(), now.as_second(), period);
+        }
+        let ops = json_patch_ops(value, &touched);
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+            .map_err(|e| WriteError::Permanent(e.to_string()))?;
+        self.api(key)
+            .patch(
+                &key.name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    /// A Deployment with a pause period that kube-reloader is not already pausing.
+    fn pause_to_start(&self, key: &WorkloadKey, value: &Value) -> Option<i64> {
+        if key.kind != WorkloadKind::Deployment {
+            return None;
+        }
+        let annotations = value.pointer("/metadata/annotations")?;
+        let period = annotations.get(&self.keys().pause_period)?.as_str()?;
+        let period = parse_go_duration(period).ok().filter(|d| !d.is_zero())?;
+        if annotations.get(&self.keys().paused_at).is_some() {
+            return None;
+        }
+        Some(period.as_secs() as i64)
+    }
+
+    async fn create_job_from_cronjob(
+        &self,
+        key: &WorkloadKey,
+        cronjob: &Value,
+    ) -> Result<(), WriteError> {
+        let job_template = cronjob
+            .pointer("/spec/jobTemplate")
+            .cloned()
+            .unwrap_or(json!({}));
+        let mut annotations = job_template
+            .pointer("/metadata/annotations")
+            .cloned()
+            .unwrap_or(json!({}));
+        annotations["cronjob.kubernetes.io/instantiate"] = json!("manual");
+        let job = json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "generateName": format!("{}-", key.name),
+                "namespace": &*key.namespace,
+                "labels": job_template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                "annotations": annotations,
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1",
+                    "kind": "CronJob",
+                    "name": &*key.name,
+                    "uid": cronjob.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                    "controller": true,
+                    "blockOwnerDeletion": true
+                }]
+            },
+            "spec": job_template.get("spec").cloned().unwrap_or(json!({}))
+        });
+        let job: DynamicObject =
+            serde_json::from_value(job).map_err(|e| WriteError::Permanent(e.to_string()))?;
+        let jobs: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &api_resource(WorkloadKind::Job),
+        );
+        jobs.create(&PostParams::default(), &job)
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn recreate_job(&self, key: &WorkloadKey, mut job: Value) -> Result<(), WriteError> {
+        let uid = job
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(String::from);
+        strip_server_fields(&mut job);
+        let api = self.api(key);
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&key.name, &params).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(classify(e)),
+        }
+        let job: DynamicObject =
+            serde_json::from_value(job).map_err(|e| WriteError::Permanent(e.to_string()))?;
+        // The old Job may take a moment to go (finalizers): retry "already exists" briefly.
+        for attempt in 0..50 {
+            match api.create(&PostParams::default(), &job).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < 49 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(classify(e)),
+            }
+        }
+        Err(WriteError::Transient(
+            "the old Job was not gone in time".into(),
+        ))
+    }
+}
+
+/// Clears what the API server owns on a Job so it can be created again with the same name.
+fn strip_server_fields(job: &mut Value) {
+    const CONTROLLER_LABELS: [&str; 2] = ["controller-uid", "batch.kubernetes.io/controller-uid"];
+    if let Some(meta) = job.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+            "selfLink",
+            "ownerReferences",
+        ] {
+            meta.remove(field);
+        }
+    }
+    if let Some(obj) = job.as_object_mut() {
+        obj.remove("status");
+    }
+    if let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("selector");
+        spec.remove("manualSelector");
+    }
+    for pointer in ["/metadata/labels", "/spec/template/metadata/labels"] {
+        if let Some(labels) = job.pointer_mut(pointer).and_then(Value::as_object_mut) {
+            for l in CONTROLLER_LABELS {
+                labels.remove(l);
+            }
+        }
+    }
+}
+
+impl WorkloadWriter for Arc<KubeWriter> {
+    async fn write(
+        &self,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+    ) -> Result<WriteOutcome, WriteError> {
+        self.write_once(key, changes).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_server_owned_job_fields() {
+        let mut job = json!({
+            "metadata": {"name": "j", "uid": "u", "resourceVersion": "1", "labels": {"controller-uid": "u", "app": "a"}},
+            "spec": {"selector": {}, "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "u", "job-name": "j"}}}},
+            "status": {}
+        });
+        strip_server_fields(&mut job);
+        assert_eq!(
+            job,
+            json!({
+                "metadata": {"name": "j", "labels": {"app": "a"}},
+                "spec": {"template": {"metadata": {"labels": {"job-name": "j"}}}}
+            })
+        );
+    }
+
+    #[test]
+    fn api_resources() {
+        assert_eq!(api_resource(WorkloadKind::Rollout).plural, "rollouts");
+        assert_eq!(api_resource(WorkloadKind::CronJob).api_version, "batch/v1");
+    }
+}

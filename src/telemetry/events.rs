@@ -1,0 +1,131 @@
+//! Kubernetes Events on workloads, with Reloader's reasons and message texts.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::warn;
+
+use crate::model::{ConfigKey, WorkloadKey};
+use crate::rollout::kube::api_resource;
+
+#[derive(Clone)]
+pub struct EventSink {
+    recorder: Recorder,
+}
+
+pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectReference {
+    let ar = api_resource(key.kind);
+    ObjectReference {
+        api_version: Some(ar.api_version),
+        kind: Some(ar.kind),
+        name: Some(key.name.to_string()),
+        namespace: Some(key.namespace.to_string()),
+        uid,
+        ..Default::default()
+    }
+}
+
+/// Reloader's success message, plus the trace id when tracing is on.
+pub fn reloaded_message(
+    config: &ConfigKey,
+    workload: &WorkloadKey,
+    trace_id: Option<&str>,
+) -> String {
+    let mut m = format!(
+        "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
+        config.name,
+        config.kind.env_suffix(),
+        config.namespace,
+        workload.name,
+        workload.kind,
+        workload.namespace
+    );
+    if let Some(id) = trace_id {
+        m.push_str(&format!(" (trace_id={id})"));
+    }
+    m
+}
+
+/// Reloader's failure message.
+pub fn failed_message(workload: &WorkloadKey, error: &str) -> String {
+    format!(
+        "Update for '{}' of type '{}' in namespace '{}' failed with error {}",
+        workload.name, workload.kind, workload.namespace, error
+    )
+}
+
+impl EventSink {
+    pub fn new(client: Client, instance: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: "kube-reloader".into(),
+            instance,
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        // Event notes are limited to 1 kB by the API server.
+        let mut note = note;
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reload".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            warn!(error = %e, reason, "could not publish a Kubernetes event");
+        }
+    }
+
+    pub async fn reloaded(&self, reference: &ObjectReference, note: String) {
+        self.publish(reference, EventType::Normal, "Reloaded", note)
+            .await;
+    }
+
+    pub async fn reload_failed(&self, reference: &ObjectReference, note: String) {
+        self.publish(reference, EventType::Warning, "ReloadFail", note)
+            .await;
+    }
+
+    /// A bad annotation value (invalid regex, pause period, rollout strategy).
+    pub async fn bad_annotation(&self, reference: &ObjectReference, note: String) {
+        self.publish(reference, EventType::Warning, "InvalidAnnotation", note)
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConfigKind, WorkloadKind};
+
+    #[test]
+    fn messages_match_reloader() {
+        let c = ConfigKey::new(ConfigKind::ConfigMap, "ns", "cfg");
+        let w = WorkloadKey::new(WorkloadKind::Deployment, "ns", "web");
+        assert_eq!(
+            reloaded_message(&c, &w, None),
+            "Changes detected in 'cfg' of type 'CONFIGMAP' in namespace 'ns', Updated 'web' of type 'Deployment' in namespace 'ns'"
+        );
+        assert_eq!(
+            failed_message(&w, "boom"),
+            "Update for 'web' of type 'Deployment' in namespace 'ns' failed with error boom"
+        );
+    }
+}

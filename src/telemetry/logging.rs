@@ -1,0 +1,46 @@
+//! Logging setup: Reloader's `--log-format` (text or json) and `--log-level`.
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    #[error("--log-level: '{0}' is not one of trace, debug, info, warning, error, fatal, panic")]
+    Level(String),
+    #[error("--log-format: '{0}' is not one of '' (text), json")]
+    Format(String),
+}
+
+/// Maps logrus level names onto tracing's.
+pub fn level_directive(level: &str) -> Result<&'static str, LoggingError> {
+    Ok(match level.to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" | "" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        other => return Err(LoggingError::Level(other.to_string())),
+    })
+}
+
+/// Installs the global subscriber. `RUST_LOG` wins over `--log-level` when set.
+pub fn init(format: &str, level: &str) -> Result<(), LoggingError> {
+    let directive = level_directive(level)?;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{directive},kube_reloader={directive}")));
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        "json" => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true),
+            )
+            .init(),
+        "" | "text" => registry.with(tracing_subscriber::fmt::layer()).init(),
+        other => return Err(LoggingError::Format(other.to_string())),
+    }
+    Ok(())
+}

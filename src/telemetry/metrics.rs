@@ -1,0 +1,366 @@
+//! Prometheus metrics: Reloader's names and labels (existing alerts and dashboards keep working)
+//! plus kube-reloader's own (end-to-end latency, queue, limiter, index sizes, watch restarts).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::engine::ConfigObserver;
+use crate::index::ReverseIndex;
+use crate::model::{ConfigKey, WorkloadKey};
+use crate::rollout::{QueueObserver, QueuedChange, WriteError, WriteOutcome};
+use crate::watch::WatchObserver;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Success {
+    success: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SuccessNamespace {
+    success: String,
+    namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindResult {
+    workload_kind: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkloadKindLabel {
+    workload_kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabel {
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event_type: String,
+    resource_type: String,
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ]
+    .into_iter()
+}
+
+pub struct Metrics {
+    registry: Registry,
+    count_by_namespace: bool,
+    reloaded: Family<Success, Counter>,
+    reloaded_by_namespace: Family<SuccessNamespace, Counter>,
+    action_total: Family<KindResult, Counter>,
+    action_latency: Family<WorkloadKindLabel, Histogram>,
+    skipped: Family<Reason, Counter>,
+    errors: Family<TypeLabel, Counter>,
+    retries: Counter,
+    events_received: Family<EventLabels, Counter>,
+    queue_depth: Gauge,
+    queue_adds: Counter,
+    coalesced: Counter,
+    limiter_wait: Histogram,
+    reload_latency: Histogram,
+    watch_restarts: Family<ResourceLabel, Counter>,
+    index_configs: Gauge,
+    index_workloads: Gauge,
+    index_edges: Gauge,
+    owned_namespaces: Gauge,
+}
+
+impl Metrics {
+    pub fn new(count_by_namespace: bool) -> Arc<Self> {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            count_by_namespace,
+            reloaded: Family::default(),
+            reloaded_by_namespace: Family::default(),
+            action_total: Family::default(),
+            action_latency: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            skipped: Family::default(),
+            errors: Family::default(),
+            retries: Counter::default(),
+            events_received: Family::default(),
+            queue_depth: Gauge::default(),
+            queue_adds: Counter::default(),
+            coalesced: Counter::default(),
+            limiter_wait: Histogram::new(
+                [0.0, 0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0].into_iter(),
+            ),
+            reload_latency: Histogram::new(latency_buckets()),
+            watch_restarts: Family::default(),
+            index_configs: Gauge::default(),
+            index_workloads: Gauge::default(),
+            index_edges: Gauge::default(),
+            owned_namespaces: Gauge::default(),
+        };
+        // Both label values exist from the start, as in Reloader, so rate() works at once.
+        for s in ["true", "false"] {
+            let _ = m.reloaded.get_or_create(&Success { success: s.into() });
+        }
+        let r = &mut registry;
+        let reloader = r.sub_registry_with_prefix("reloader");
+        reloader.register(
+            "reload_executed",
+            "Counter of reloads executed by Reloader.",
+            m.reloaded.clone(),
+        );
+        if count_by_namespace {
+            reloader.register(
+                "reload_executed_total_by_namespace",
+                "Counter of reloads executed by Reloader by namespace.",
+                m.reloaded_by_namespace.clone(),
+            );
+        }
+        reloader.register(
+            "action",
+            "Total number of reload actions by workload kind and result.",
+            m.action_total.clone(),
+        );
+        reloader.register(
+            "action_latency_seconds",
+            "Time from event received to action applied in seconds.",
+            m.action_latency.clone(),
+        );
+        reloader.register(
+            "skipped",
+            "Total number of skipped operations by reason.",
+            m.skipped.clone(),
+        );
+        reloader.register(
+            "errors",
+            "Total number of errors by type.",
+            m.errors.clone(),
+        );
+        reloader.register(
+            "retries",
+            "Total number of retry attempts.",
+            m.retries.clone(),
+        );
+        reloader.register(
+            "events_received",
+            "Total number of events received by type and resource.",
+            m.events_received.clone(),
+        );
+        reloader.register(
+            "workqueue_depth",
+            "Current depth of the work queue.",
+            m.queue_depth.clone(),
+        );
+        reloader.register(
+            "workqueue_adds",
+            "Total number of items added to the work queue.",
+            m.queue_adds.clone(),
+        );
+        let own = r.sub_registry_with_prefix("kube_reloader");
+        own.register(
+            "reloads_coalesced",
+            "Changes merged into a write already pending for the same workload.",
+            m.coalesced.clone(),
+        );
+        own.register(
+            "rate_limiter_wait_seconds",
+            "Time a write waited for the patch rate limiter.",
+            m.limiter_wait.clone(),
+        );
+        own.register(
+            "reload_latency_seconds",
+            "End-to-end reload latency: config change observed to write acknowledged.",
+            m.reload_latency.clone(),
+        );
+        own.register(
+            "watch_restarts",
+            "Watch streams that failed and were restarted, by resource.",
+            m.watch_restarts.clone(),
+        );
+        own.register(
+            "index_configs",
+            "Configs held in the reverse index (digests only).",
+            m.index_configs.clone(),
+        );
+        own.register(
+            "index_workloads",
+            "Workloads held in the reverse index.",
+            m.index_workloads.clone(),
+        );
+        own.register(
+            "index_edges",
+            "Config-to-workload edges in the reverse index.",
+            m.index_edges.clone(),
+        );
+        own.register(
+            "owned_namespaces",
+            "Namespaces this replica acts on (with a selector or sharding).",
+            m.owned_namespaces.clone(),
+        );
+        Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Refreshes gauges derived from the index, then renders the text exposition.
+    pub fn render(&self, index: &ReverseIndex, owned_namespaces: Option<usize>) -> String {
+        let sizes = index.sizes();
+        self.index_configs.set(sizes.configs as i64);
+        self.index_workloads.set(sizes.workloads as i64);
+        self.index_edges.set(sizes.edges as i64);
+        if let Some(n) = owned_namespaces {
+            self.owned_namespaces.set(n as i64);
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
+        out
+    }
+
+    fn record_reload(&self, key: &WorkloadKey, success: bool) {
+        let s = success.to_string();
+        self.reloaded
+            .get_or_create(&Success { success: s.clone() })
+            .inc();
+        if self.count_by_namespace {
+            self.reloaded_by_namespace
+                .get_or_create(&SuccessNamespace {
+                    success: s,
+                    namespace: key.namespace.to_string(),
+                })
+                .inc();
+        }
+    }
+}
+
+impl QueueObserver for Arc<Metrics> {
+    fn coalesced(&self, _key: &WorkloadKey) {
+        self.coalesced.inc();
+    }
+
+    fn limiter_wait(&self, waited: Duration) {
+        self.limiter_wait.observe(waited.as_secs_f64());
+    }
+
+    fn finished(
+        &self,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+        result: &Result<WriteOutcome, WriteError>,
+        _attempts: u32,
+    ) {
+        let kind = key.kind.as_str().to_string();
+        let label = match result {
+            Ok(WriteOutcome::Reloaded) => "success",
+            Ok(WriteOutcome::UpToDate) => "no_change",
+            Ok(WriteOutcome::Dropped(_)) => "dropped",
+            Err(_) => "failed",
+        };
+        self.action_total
+            .get_or_create(&KindResult {
+                workload_kind: kind.clone(),
+                result: label.into(),
+            })
+            .inc();
+        match result {
+            Ok(WriteOutcome::Reloaded) => {
+                self.record_reload(key, true);
+                if let Some(first) = changes.iter().map(|c| c.observed_at).min() {
+                    let secs = first.elapsed().as_secs_f64();
+                    self.reload_latency.observe(secs);
+                    self.action_latency
+                        .get_or_create(&WorkloadKindLabel {
+                            workload_kind: kind,
+                        })
+                        .observe(secs);
+                }
+            }
+            Err(e) => {
+                self.record_reload(key, false);
+                self.errors
+                    .get_or_create(&TypeLabel {
+                        r#type: e.metric_label().into(),
+                    })
+                    .inc();
+            }
+            Ok(_) => {}
+        }
+    }
+
+    fn retry(&self, _key: &WorkloadKey, error: &WriteError) {
+        self.retries.inc();
+        self.errors
+            .get_or_create(&TypeLabel {
+                r#type: error.metric_label().into(),
+            })
+            .inc();
+    }
+
+    fn depth(&self, depth: usize) {
+        self.queue_adds.inc();
+        self.queue_depth.set(depth as i64);
+    }
+}
+
+impl ConfigObserver for Arc<Metrics> {
+    fn config_changed(&self, config: &ConfigKey, _affected: usize) {
+        self.events_received
+            .get_or_create(&EventLabels {
+                event_type: "update".into(),
+                resource_type: config.kind.as_str().into(),
+            })
+            .inc();
+    }
+
+    fn skipped(&self, _config: &ConfigKey, reason: &'static str) {
+        self.skipped
+            .get_or_create(&Reason {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+}
+
+impl WatchObserver for Arc<Metrics> {
+    fn watch_restarted(&self, resource: &'static str) {
+        self.watch_restarts
+            .get_or_create(&ResourceLabel {
+                resource: resource.into(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reloader_names_are_exposed_from_the_start() {
+        let m = Metrics::new(true);
+        let text = m.render(&ReverseIndex::new(), None);
+        assert!(
+            text.contains("reloader_reload_executed_total{success=\"true\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("reloader_reload_executed_total{success=\"false\"} 0"));
+        assert!(text.contains("kube_reloader_index_workloads 0"));
+    }
+}

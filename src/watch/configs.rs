@@ -1,0 +1,365 @@
+//! Config watches: ConfigMaps, Secrets and (with CSI integration) SecretProviderClassPodStatus.
+//! Each object is reduced to a digest on the worker pool and dropped; only the digest and two
+//! annotation flags reach the index.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+use crate::config::NamespaceScope;
+use crate::digest::ConfigPayload;
+use crate::engine::{ConfigObserver, Phase};
+use crate::index::ConfigState;
+use crate::model::{ConfigKey, ConfigKind};
+use crate::rollout::{QueueObserver, WorkloadWriter};
+
+use super::workloads::{scope_len, stream_namespace};
+use super::{SyncGate, WatchContext, WatchObserver, scoped_apis, watch_error, watch_streams};
+
+/// A watched config object, split into identity, annotations and payload.
+pub trait ConfigSource:
+    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static
+{
+    const KIND: ConfigKind;
+    fn into_payload(self) -> ConfigPayload;
+}
+
+impl ConfigSource for ConfigMap {
+    const KIND: ConfigKind = ConfigKind::ConfigMap;
+    fn into_payload(self) -> ConfigPayload {
+        ConfigPayload::ConfigMap {
+            data: self.data.unwrap_or_default(),
+            binary_data: self
+                .binary_data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+        }
+    }
+}
+
+impl ConfigSource for Secret {
+    const KIND: ConfigKind = ConfigKind::Secret;
+    fn into_payload(self) -> ConfigPayload {
+        let mut data: BTreeMap<String, Vec<u8>> = self
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        // stringData is write-only, but a client may still send it back: it wins, as on write.
+        for (k, v) in self.string_data.unwrap_or_default() {
+            data.insert(k, v.into_bytes());
+        }
+        ConfigPayload::Secret { data }
+    }
+}
+
+fn spc_pod_status_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "secrets-store.csi.x-k8s.io",
+            "v1",
+            "SecretProviderClassPodStatus",
+        ),
+        "secretproviderclasspodstatuses",
+    )
+}
+
+pub(crate) fn spc_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass"),
+        "secretproviderclasses",
+    )
+}
+
+pub(super) fn spawn_all<W, O, C, M>(
+    ctx: &Arc<WatchContext<W, O, C, M>>,
+    tasks: &mut JoinSet<anyhow::Result<()>>,
+) -> SyncGate
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    let kinds: Vec<ConfigKind> = ConfigKind::ALL
+        .into_iter()
+        .filter(|k| ctx.settings.watches_config(*k))
+        .collect();
+    let gate = SyncGate::new(kinds.len() * scope_len(&ctx.settings.scope));
+    let mut config = watcher::Config::default().any_semantic();
+    if let Some(selector) = &ctx.settings.resource_label_selector {
+        config = config.labels(selector);
+    }
+    for kind in kinds {
+        let (ctx, gate, config) = (ctx.clone(), gate.clone(), config.clone());
+        match kind {
+            ConfigKind::ConfigMap => {
+                tasks.spawn(
+                    async move { watch_kind::<ConfigMap, _, _, _, _>(ctx, config, gate).await },
+                );
+            }
+            ConfigKind::Secret => {
+                tasks.spawn(
+                    async move { watch_kind::<Secret, _, _, _, _>(ctx, config, gate).await },
+                );
+            }
+            ConfigKind::SecretProviderClass => {
+                // Pod statuses carry no user labels: the resource selector does not apply.
+                tasks.spawn(async move { watch_spc(ctx, gate).await });
+            }
+        }
+    }
+    gate
+}
+
+async fn watch_kind<K, W, O, C, M>(
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    config: watcher::Config,
+    gate: SyncGate,
+) -> anyhow::Result<()>
+where
+    K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    let apis: Vec<Api<K>> = scoped_apis(&ctx.client, &ctx.settings.scope);
+    let streams = apis.len();
+    let mut synced = vec![false; streams];
+    let mut relisting: Vec<Option<HashSet<ConfigKey>>> = vec![None; streams];
+    // Digests run on the pool while events keep their order.
+    let workers = ctx.settings.digest_workers.max(2) * 2;
+    let prepared = watch_streams(apis, config).map(|(i, event)| {
+        let ctx = ctx.clone();
+        async move { (i, ctx.prepare::<K>(event).await) }
+    });
+    let mut prepared = prepared.buffered(workers);
+    while let Some((i, event)) = prepared.next().await {
+        let phase = if synced[i] {
+            Phase::Live
+        } else {
+            Phase::Startup
+        };
+        match event {
+            Prepared::Init => relisting[i] = Some(HashSet::new()),
+            Prepared::Applied {
+                key,
+                state,
+                initial,
+            } => {
+                if initial && let Some(seen) = relisting[i].as_mut() {
+                    seen.insert(key.clone());
+                }
+                ctx.engine.config_applied(key, state, phase);
+            }
+            Prepared::Deleted(key) => {
+                ctx.engine.config_deleted(&key);
+            }
+            Prepared::InitDone => {
+                if let Some(seen) = relisting[i].take()
+                    && synced[i]
+                {
+                    // Deleted while the watch was down: real deletions.
+                    let ns = stream_namespace(&ctx.settings.scope, i);
+                    let gone: Vec<ConfigKey> = ctx
+                        .engine
+                        .index
+                        .config_keys(K::KIND, ns)
+                        .into_iter()
+                        .filter(|k| !seen.contains(k))
+                        .collect();
+                    for key in gone {
+                        ctx.engine.config_deleted(&key);
+                    }
+                }
+                if !synced[i] {
+                    synced[i] = true;
+                    gate.done_one();
+                }
+            }
+            Prepared::Skipped => {}
+            Prepared::Failed(e) => watch_error(&ctx.observer, K::KIND.as_str(), &e),
+        }
+    }
+    anyhow::bail!("the {} watch ended", K::KIND)
+}
+
+pub(super) enum Prepared {
+    Init,
+    Applied {
+        key: ConfigKey,
+        state: ConfigState,
+        initial: bool,
+    },
+    Deleted(ConfigKey),
+    InitDone,
+    Skipped,
+    Failed(watcher::Error),
+}
+
+impl<W, O, C, M> WatchContext<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    fn flag(&self, annotations: &BTreeMap<String, String>, key: &str) -> bool {
+        annotations.get(key).map(String::as_str) == Some("true")
+    }
+
+    async fn prepare<K: ConfigSource>(
+        &self,
+        event: Result<watcher::Event<K>, watcher::Error>,
+    ) -> Prepared {
+        let (obj, initial) = match event {
+            Ok(watcher::Event::Init) => return Prepared::Init,
+            Ok(watcher::Event::InitDone) => return Prepared::InitDone,
+            Ok(watcher::Event::InitApply(o)) => (o, true),
+            Ok(watcher::Event::Apply(o)) => (o, false),
+            Ok(watcher::Event::Delete(o)) => {
+                let Some(ns) = o.namespace() else {
+                    return Prepared::Skipped;
+                };
+                return Prepared::Deleted(ConfigKey::new(K::KIND, &ns, &o.name_any()));
+            }
+            Err(e) => return Prepared::Failed(e),
+        };
+        let Some(ns) = obj.namespace() else {
+            return Prepared::Skipped;
+        };
+        if !self.engine.ownership.owns(&ns) {
+            return Prepared::Skipped;
+        }
+        let key = ConfigKey::new(K::KIND, &ns, &obj.name_any());
+        let annotations = obj.annotations();
+        let ignore = self.flag(annotations, &self.settings.keys.ignore);
+        let matched = self.flag(annotations, &self.settings.keys.match_);
+        match self.pool.digest(obj.into_payload()).await {
+            Ok(digest) => Prepared::Applied {
+                key,
+                state: ConfigState {
+                    digest,
+                    ignore,
+                    matched,
+                },
+                initial,
+            },
+            Err(e) => {
+                warn!(config = %key, error = %e, "config not hashed");
+                Prepared::Skipped
+            }
+        }
+    }
+
+    /// A SecretProviderClassPodStatus: the mounted versions of one SecretProviderClass in one pod.
+    async fn prepare_spc(&self, obj: DynamicObject) -> Option<(ConfigKey, ConfigState)> {
+        let ns = obj.namespace()?;
+        if !self.engine.ownership.owns(&ns) {
+            return None;
+        }
+        let status = obj.data.get("status")?;
+        let class_name = status.get("secretProviderClassName")?.as_str()?.to_string();
+        let objects: Vec<(String, String)> = status
+            .get("objects")
+            .and_then(Value::as_array)
+            .map(|objs| {
+                objs.iter()
+                    .filter_map(|o| {
+                        Some((
+                            o.get("id")?.as_str()?.to_string(),
+                            o.get("version")?.as_str()?.to_string(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let key = ConfigKey::new(ConfigKind::SecretProviderClass, &ns, &class_name);
+        // ignore/match live on the SecretProviderClass itself, not on the pod status.
+        let spc: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &ns, &spc_resource());
+        let annotations = match spc.get_opt(&class_name).await {
+            Ok(Some(spc)) => spc.metadata.annotations.unwrap_or_default(),
+            Ok(None) => BTreeMap::new(),
+            Err(e) => {
+                debug!(config = %key, error = %e, "SecretProviderClass not readable, no annotations");
+                BTreeMap::new()
+            }
+        };
+        let digest = self
+            .pool
+            .digest(ConfigPayload::SecretProviderClass {
+                class_name,
+                objects,
+            })
+            .await
+            .ok()?;
+        let state = ConfigState {
+            digest,
+            ignore: self.flag(&annotations, &self.settings.keys.ignore),
+            matched: self.flag(&annotations, &self.settings.keys.match_),
+        };
+        Some((key, state))
+    }
+}
+
+async fn watch_spc<W, O, C, M>(
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    gate: SyncGate,
+) -> anyhow::Result<()>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    let ar = spc_pod_status_resource();
+    let apis: Vec<Api<DynamicObject>> = match &ctx.settings.scope {
+        NamespaceScope::All => vec![Api::all_with(ctx.client.clone(), &ar)],
+        NamespaceScope::Only(nss) => nss
+            .iter()
+            .map(|ns| Api::namespaced_with(ctx.client.clone(), ns, &ar))
+            .collect(),
+    };
+    let mut synced = vec![false; apis.len()];
+    let mut stream = watch_streams(apis, watcher::Config::default().any_semantic());
+    while let Some((i, event)) = stream.next().await {
+        let phase = if synced[i] {
+            Phase::Live
+        } else {
+            Phase::Startup
+        };
+        match event {
+            Ok(watcher::Event::InitApply(obj) | watcher::Event::Apply(obj)) => {
+                if let Some((key, state)) = ctx.prepare_spc(obj).await {
+                    ctx.engine.config_applied(key, state, phase);
+                }
+            }
+            // One pod's status going away is not the SecretProviderClass being deleted.
+            Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {}
+            Ok(watcher::Event::InitDone) => {
+                if !synced[i] {
+                    synced[i] = true;
+                    gate.done_one();
+                }
+            }
+            Err(e) => watch_error(&ctx.observer, "secretproviderclasspodstatus", &e),
+        }
+    }
+    anyhow::bail!("the SecretProviderClassPodStatus watch ended")
+}

@@ -1,0 +1,165 @@
+//! The namespace selector: a label-selected Namespace watch decides which namespaces are
+//! watched. A namespace leaving the selection is forgotten; one entering it is listed once
+//! (no reloads for what exists) and reconciled against recorded hashes.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use crate::engine::{ConfigObserver, Phase};
+use crate::index::ConfigState;
+use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::rollout::kube::api_resource;
+use crate::rollout::{QueueObserver, WorkloadWriter};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+use super::configs::ConfigSource;
+use super::{WatchContext, WatchObserver, watch_error};
+
+pub(super) async fn run<W, O, C, M>(
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    synced: oneshot::Sender<()>,
+) -> anyhow::Result<()>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();
+    let api: Api<Namespace> = Api::all(ctx.client.clone());
+    let mut stream = watcher(
+        api,
+        watcher::Config::default().labels(&selector).any_semantic(),
+    )
+    .default_backoff()
+    .boxed();
+    let mut synced = Some(synced);
+    let mut relisting: Option<HashSet<String>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => relisting = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(ns)) => {
+                let name = ns.name_any();
+                if let Some(seen) = relisting.as_mut() {
+                    seen.insert(name.clone());
+                }
+                if ctx.engine.ownership.select(&name) && synced.is_none() {
+                    ctx.namespace_entered(&name).await;
+                }
+            }
+            Ok(watcher::Event::Apply(ns)) => {
+                let name = ns.name_any();
+                if ctx.engine.ownership.select(&name) {
+                    ctx.namespace_entered(&name).await;
+                }
+            }
+            Ok(watcher::Event::Delete(ns)) => ctx.namespace_left(&ns.name_any()),
+            Ok(watcher::Event::InitDone) => {
+                if let (Some(seen), None) = (relisting.take(), synced.as_ref()) {
+                    // Namespaces that left the selection while the watch was down.
+                    for name in ctx.engine.index.namespaces() {
+                        if !seen.contains(&*name) {
+                            ctx.namespace_left(&name);
+                        }
+                    }
+                }
+                if let Some(tx) = synced.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Err(e) => watch_error(&ctx.observer, "namespace", &e),
+        }
+    }
+    anyhow::bail!("the namespace watch ended")
+}
+
+impl<W, O, C, M> WatchContext<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    fn namespace_left(&self, namespace: &str) {
+        if self.engine.ownership.unselect(namespace) {
+            info!(namespace, "namespace left the selection, forgetting it");
+            self.engine.index.drop_namespace(namespace);
+        }
+    }
+
+    /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
+    async fn namespace_entered(&self, namespace: &str) {
+        info!(namespace, "namespace entered the selection, indexing it");
+        for kind in WorkloadKind::ALL
+            .into_iter()
+            .filter(|k| self.settings.handles_workload(*k))
+        {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
+            match api.list(&ListParams::default()).await {
+                Ok(list) => {
+                    for obj in list.items {
+                        self.apply_workload(kind, obj).await;
+                    }
+                }
+                Err(e) => {
+                    warn!(namespace, kind = kind.as_str(), error = %e, "could not list workloads")
+                }
+            }
+        }
+        if self.settings.watches_config(ConfigKind::ConfigMap) {
+            self.list_configs::<ConfigMap>(namespace).await;
+        }
+        if self.settings.watches_config(ConfigKind::Secret) {
+            self.list_configs::<Secret>(namespace).await;
+        }
+        self.engine.reconcile_recorded(Some(namespace));
+    }
+
+    async fn list_configs<K>(&self, namespace: &str)
+    where
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let mut params = ListParams::default();
+        if let Some(selector) = &self.settings.resource_label_selector {
+            params = params.labels(selector);
+        }
+        let list = match api.list(&params).await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(namespace, kind = %K::KIND, error = %e, "could not list configs");
+                return;
+            }
+        };
+        for obj in list.items {
+            let key = ConfigKey::new(K::KIND, namespace, &obj.name_any());
+            let annotations = obj.annotations().clone();
+            let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
+            let (ignore, matched) = (
+                flag(&self.settings.keys.ignore),
+                flag(&self.settings.keys.match_),
+            );
+            if let Ok(digest) = self.pool.digest(obj.into_payload()).await {
+                self.engine.config_applied(
+                    key,
+                    ConfigState {
+                        digest,
+                        ignore,
+                        matched,
+                    },
+                    Phase::Startup,
+                );
+            }
+        }
+    }
+}
