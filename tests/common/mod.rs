@@ -1,0 +1,223 @@
+//! Shared fixture for integration tests: one real control plane per test run (started by the
+//! project's own script), a fresh namespace per test, the controller as a real process, and
+//! waits that say what they saw when they time out.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of a kubeconfig for the local control plane, started once per test run.
+pub fn kubeconfig_path() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Ok(p) = std::env::var("KUBE_RELOADER_TEST_KUBECONFIG") {
+            return PathBuf::from(p);
+        }
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/cluster.sh"))
+            .arg("kubeconfig")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("running hack/cluster.sh kubeconfig");
+        assert!(
+            out.status.success(),
+            "the local control plane did not start (hack/cluster.sh kubeconfig exited with {}); see its output above",
+            out.status
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().last().expect("cluster.sh printed the kubeconfig path").trim();
+        PathBuf::from(last)
+    })
+}
+
+pub async fn client() -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("reading the test kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("building a client config");
+    Client::try_from(config).expect("building a client")
+}
+
+/// A namespace for one test, deleted when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(prefix: &str) -> Self {
+        Self::with_labels(prefix, json!({})).await
+    }
+
+    pub async fn with_labels(prefix: &str, labels: serde_json::Value) -> Self {
+        let client = client().await;
+        let suffix: u32 = rand_suffix();
+        let name = format!("{}-{suffix:08x}", prefix.replace('_', "-"));
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels}
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("creating the test namespace");
+        Self { name, client }
+    }
+}
+
+fn rand_suffix() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Async drop does not exist: delete from a thread with its own runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let api = Api::<Namespace>::all(client().await);
+                let _ = api.delete(&name, &DeleteParams::background()).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Polls `probe` until it returns `Ok`, or panics after `timeout` with the last `Err` it saw.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut last = String::from("(never probed)");
+    while start.elapsed() < timeout {
+        match probe().await {
+            Ok(v) => return v,
+            Err(seen) => last = seen,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The controller under test, as a real process against the local control plane.
+pub struct Controller {
+    child: Child,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+}
+
+impl Controller {
+    /// Starts kube-reloader with `args` and waits until `/ready` answers 200.
+    pub async fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[]).await
+    }
+
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("kube-reloader-test-{port}.log"));
+        let log_file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-reloader"));
+        cmd.args(args)
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("RUST_LOG", "info,kube_reloader=debug")
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("starting kube-reloader");
+        let mut controller = Self { child, metrics_port: port, log };
+        controller.wait_ready().await;
+        controller
+    }
+
+    async fn wait_ready(&mut self) {
+        let url = format!("http://127.0.0.1:{}/ready", self.metrics_port);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("kube-reloader exited with {status} before it was ready:\n{}", self.logs());
+            }
+            if http_get(&url).await.is_ok_and(|(code, _)| code == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("kube-reloader was not ready within 30s:\n{}", self.logs());
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        http_get(&url).await.expect("scraping /metrics").1
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let status = self.child.wait().expect("waiting for kube-reloader");
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- kube-reloader log ({}) ----\n{}", self.log.display(), self.logs());
+        }
+    }
+}
+
+/// Minimal HTTP/1.0 GET on loopback (status code, body), to keep test dependencies small.
+pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let mut stream = tokio::net::TcpStream::connect(host).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((code, body))
+}
+pub mod objects;
