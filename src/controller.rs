@@ -7,6 +7,7 @@ use anyhow::Context;
 use kube::Client;
 use tracing::{error, info, warn};
 
+use crate::alert::ReloadWebhook;
 use crate::config::{Flags, Settings};
 use crate::digest::DigestPool;
 use crate::engine::Engine;
@@ -52,6 +53,8 @@ async fn detect_openshift(client: &Client, settings: &mut Settings) {
 }
 
 pub async fn run(flags: Flags) -> anyhow::Result<()> {
+    // kube and reqwest share rustls; pin its crypto provider once for the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics_addr = parse_listen_addr(&flags.metrics_addr)
         .with_context(|| format!("--metrics-addr: '{}' is not host:port", flags.metrics_addr))?;
     let mut settings = Settings::try_from(flags)?;
@@ -86,13 +89,17 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         pauses.clone(),
     ));
     let queue = ReloadQueue::start(writer, metrics.clone(), queue_settings(&settings));
-    let engine = Arc::new(Engine::new(
+    let mut engine = Engine::new(
         index.clone(),
         settings.clone(),
         ownership.clone(),
         queue,
         metrics.clone(),
-    ));
+    );
+    if let Some(url) = &settings.webhook_url {
+        engine = engine.with_webhook(ReloadWebhook::new(url.clone())?);
+    }
+    let engine = Arc::new(engine);
     let pool = if settings.digest_workers == 0 {
         DigestPool::for_available_parallelism()
     } else {

@@ -33,6 +33,8 @@ pub struct Engine<W, O, C = ()> {
     pub ownership: Arc<Ownership>,
     queue: ReloadQueue<W, O>,
     observer: C,
+    /// `--webhook-url`: config changes call it instead of rolling workloads.
+    webhook: Option<crate::alert::ReloadWebhook>,
 }
 
 /// Why a config event arrived.
@@ -58,7 +60,14 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             ownership,
             queue,
             observer,
+            webhook: None,
         }
+    }
+
+    /// Config changes POST to `webhook` instead of rolling workloads.
+    pub fn with_webhook(mut self, webhook: crate::alert::ReloadWebhook) -> Self {
+        self.webhook = Some(webhook);
+        self
     }
 
     pub fn queue(&self) -> &ReloadQueue<W, O> {
@@ -112,6 +121,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             deleted,
             affected = tracing::field::Empty,
         );
+        if let Some(webhook) = &self.webhook {
+            if !state.ignore {
+                span.in_scope(|| webhook.config_changed(key));
+            }
+            return 0;
+        }
         let hash = (!deleted).then(|| state.digest.reloader_hash());
         let mut affected = 0;
         for entry in self.index.candidates(key) {

@@ -35,16 +35,22 @@ async fn create_read_back_and_watch_an_update() {
         }
     }))
     .unwrap();
-    deployments.create(&PostParams::default(), &deployment).await.unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
 
     let read = cms.get("app-config").await.unwrap();
     assert_eq!(read.data.unwrap()["greeting"], "hello");
     let read = deployments.get("app").await.unwrap();
     assert_eq!(read.spec.template.spec.unwrap().containers[0].name, "app");
 
-    let mut updates = watcher(cms.clone(), watcher::Config::default().fields("metadata.name=app-config"))
-        .applied_objects()
-        .boxed();
+    let mut updates = watcher(
+        cms.clone(),
+        watcher::Config::default().fields("metadata.name=app-config"),
+    )
+    .applied_objects()
+    .boxed();
     // The first object is the current state.
     let first = updates.next().await.unwrap().unwrap();
     assert_eq!(first.data.unwrap()["greeting"], "hello");
@@ -63,10 +69,22 @@ async fn create_read_back_and_watch_an_update() {
     assert_eq!(seen.data.unwrap()["greeting"], "bonjour");
 
     // The controller-manager runs: the Deployment gets a ReplicaSet.
-    let rs: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(ns.client.clone(), &ns.name);
-    wait_for("a ReplicaSet for the Deployment", Duration::from_secs(30), || async {
-        let list = rs.list(&Default::default()).await.map_err(|e| e.to_string())?;
-        if list.items.is_empty() { Err("no ReplicaSet yet".into()) } else { Ok(()) }
-    })
+    let rs: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(
+        "a ReplicaSet for the Deployment",
+        Duration::from_secs(30),
+        || async {
+            let list = rs
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            if list.items.is_empty() {
+                Err("no ReplicaSet yet".into())
+            } else {
+                Ok(())
+            }
+        },
+    )
     .await;
 }

@@ -12,8 +12,10 @@ use crate::index::workload_entry;
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
 use crate::rollout::{WriteError, WriteOutcome};
 
+type WriteLog = Vec<(String, Vec<TemplateChange>)>;
+
 #[derive(Default, Clone)]
-struct Writes(Arc<Mutex<Vec<(String, Vec<TemplateChange>)>>>);
+struct Writes(Arc<Mutex<WriteLog>>);
 
 impl WorkloadWriter for Writes {
     async fn write(

@@ -167,12 +167,15 @@ where
     }
 }
 
+/// One watch stream's events, tagged with the stream's index.
+type TaggedWatch<K> = BoxStream<'static, (usize, Result<watcher::Event<K>, watcher::Error>)>;
+
 /// Merged, backed-off watch streams; each item is tagged with its stream's index so start-up
 /// sync is counted per stream.
 fn watch_streams<K>(
     apis: Vec<Api<K>>,
     config: watcher::Config,
-) -> SelectAll<BoxStream<'static, (usize, Result<watcher::Event<K>, watcher::Error>)>>
+) -> SelectAll<TaggedWatch<K>>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {

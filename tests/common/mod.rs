@@ -92,7 +92,10 @@ impl Drop for TestNamespace {
         let name = self.name.clone();
         // Async drop does not exist: delete from a thread with its own runtime.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let api = Api::<Namespace>::all(client().await);
                 let _ = api.delete(&name, &DeleteParams::background()).await;
@@ -121,7 +124,11 @@ where
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The controller under test, as a real process against the local control plane.
@@ -152,7 +159,11 @@ impl Controller {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("starting kube-reloader");
-        let mut controller = Self { child, metrics_port: port, log };
+        let mut controller = Self {
+            child,
+            metrics_port: port,
+            log,
+        };
         controller.wait_ready().await;
         controller
     }
@@ -162,7 +173,10 @@ impl Controller {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("kube-reloader exited with {status} before it was ready:\n{}", self.logs());
+                panic!(
+                    "kube-reloader exited with {status} before it was ready:\n{}",
+                    self.logs()
+                );
             }
             if http_get(&url).await.is_ok_and(|(code, _)| code == 200) {
                 return;
@@ -183,7 +197,10 @@ impl Controller {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let status = self.child.wait().expect("waiting for kube-reloader");
         std::mem::forget(self);
         status
@@ -195,7 +212,11 @@ impl Drop for Controller {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            eprintln!("---- kube-reloader log ({}) ----\n{}", self.log.display(), self.logs());
+            eprintln!(
+                "---- kube-reloader log ({}) ----\n{}",
+                self.log.display(),
+                self.logs()
+            );
         }
     }
 }
@@ -204,7 +225,10 @@ impl Drop for Controller {
 pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").expect("http url");
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
     let mut stream = tokio::net::TcpStream::connect(host).await?;
     stream
         .write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
@@ -217,7 +241,10 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Ok((code, body))
 }
 pub mod objects;

@@ -1,9 +1,9 @@
 //! Building and reading test objects as JSON, for any kind (built-in or CRD).
 #![allow(dead_code)]
 
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use serde_json::{Value, json};
 
 fn resource_of(value: &Value) -> ApiResource {
@@ -25,11 +25,23 @@ pub async fn create(client: &Client, ns: &str, value: Value) -> DynamicObject {
     Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
         .create(&PostParams::default(), &obj)
         .await
-        .unwrap_or_else(|e| panic!("creating {}/{}: {e}", ar.kind, obj.metadata.name.clone().unwrap_or_default()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "creating {}/{}: {e}",
+                ar.kind,
+                obj.metadata.name.clone().unwrap_or_default()
+            )
+        })
 }
 
 /// Reads an object as JSON, or `None` when it does not exist.
-pub async fn get(client: &Client, ns: &str, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+pub async fn get(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+) -> Option<Value> {
     api_for(client, ns, api_version, kind)
         .get_opt(name)
         .await
@@ -37,7 +49,14 @@ pub async fn get(client: &Client, ns: &str, api_version: &str, kind: &str, name:
         .map(|o| serde_json::to_value(o).unwrap())
 }
 
-pub async fn merge_patch(client: &Client, ns: &str, api_version: &str, kind: &str, name: &str, patch: Value) {
+pub async fn merge_patch(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    patch: Value,
+) {
     api_for(client, ns, api_version, kind)
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -146,7 +165,9 @@ pub fn template_env(obj: &Value, template_pointer: &str, index: usize) -> Vec<(S
 
 /// The value of env var `var` anywhere in the pod template's containers.
 pub fn env_value(obj: &Value, template_pointer: &str, var: &str) -> Option<String> {
-    let containers = obj.pointer(&format!("{template_pointer}/spec/containers"))?.as_array()?;
+    let containers = obj
+        .pointer(&format!("{template_pointer}/spec/containers"))?
+        .as_array()?;
     containers.iter().enumerate().find_map(|(i, _)| {
         template_env(obj, template_pointer, i)
             .into_iter()
