@@ -4,8 +4,10 @@
 
 CACHE ?= $(HOME)/.cache/kube-reloader
 export KUBE_RELOADER_CACHE := $(CACHE)
+# The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
+export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain cluster cluster-down cluster-status kubeconfig
+.PHONY: toolchain cluster cluster-down cluster-status kubeconfig binary demo test lint
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
 toolchain:
@@ -25,3 +27,23 @@ cluster-status:
 ## Print the kubeconfig path as the last line (`make -s kubeconfig`), starting the cluster if needed.
 kubeconfig:
 	@bash hack/cluster.sh kubeconfig
+
+## Print (last line) the path of an up-to-date release build of kube-reloader.
+binary:
+	@cargo build --release --locked --bin kube-reloader >&2
+	@echo $(CARGO_TARGET_DIR)/release/kube-reloader
+
+## Run kube-reloader against the local control plane and show a reload happening.
+demo:
+	@bash hack/demo.sh
+
+## Every test: unit tests, then integration tests against the local control plane.
+test: toolchain
+	@bash hack/cluster.sh up >/dev/null
+	cargo test --locked --all-targets
+	cargo test --locked --doc
+
+## What CI checks besides the tests.
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --locked --all-targets -- -D warnings

@@ -1,15 +1,42 @@
 use clap::Parser;
 
 use kube_reloader::config::Flags;
+use kube_reloader::telemetry;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+// The runtime is built by hand so that the OTLP exporter (a blocking HTTP client on its own
+// thread) is created and dropped outside of it.
+fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
-    if let Err(e) = kube_reloader::telemetry::logging::init(&flags.log_format, &flags.log_level) {
+    let tracer = match telemetry::tracing::provider() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("kube-reloader: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Err(e) = telemetry::logging::init(&flags.log_format, &flags.log_level, tracer.as_ref()) {
         eprintln!("kube-reloader: {e}");
         return std::process::ExitCode::from(2);
     }
-    match kube_reloader::controller::run(flags).await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-reloader: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(kube_reloader::controller::run(flags));
+    drop(runtime);
+    // Flush pending spans before exiting.
+    if let Some(tracer) = tracer
+        && let Err(e) = tracer.shutdown()
+    {
+        tracing::warn!(error = %e, "flushing traces failed");
+    }
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

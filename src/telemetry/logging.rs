@@ -24,12 +24,18 @@ pub fn level_directive(level: &str) -> Result<&'static str, LoggingError> {
     })
 }
 
-/// Installs the global subscriber. `RUST_LOG` wins over `--log-level` when set.
-pub fn init(format: &str, level: &str) -> Result<(), LoggingError> {
+/// Installs the global subscriber, with the OpenTelemetry layer when `provider` is set.
+/// `RUST_LOG` wins over `--log-level` when set.
+pub fn init(
+    format: &str,
+    level: &str,
+    provider: Option<&opentelemetry_sdk::trace::SdkTracerProvider>,
+) -> Result<(), LoggingError> {
     let directive = level_directive(level)?;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("{directive},kube_reloader={directive}")));
-    let registry = tracing_subscriber::registry().with(filter);
+    let otel = provider.map(super::tracing::layer);
+    let registry = tracing_subscriber::registry().with(otel).with(filter);
     match format {
         "json" => registry
             .with(

@@ -107,9 +107,7 @@ impl Metrics {
             queue_depth: Gauge::default(),
             queue_adds: Counter::default(),
             coalesced: Counter::default(),
-            limiter_wait: Histogram::new(
-                [0.0, 0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0],
-            ),
+            limiter_wait: Histogram::new([0.0, 0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]),
             reload_latency: Histogram::new(latency_buckets()),
             watch_restarts: Family::default(),
             index_configs: Gauge::default(),

@@ -3,8 +3,6 @@
 pub mod events;
 pub mod logging;
 pub mod metrics;
+pub mod tracing;
 
-/// The current span's OpenTelemetry trace id, when tracing is on (for logs and Event messages).
-pub fn current_trace_id() -> Option<String> {
-    None
-}
+pub use self::tracing::current_trace_id;
