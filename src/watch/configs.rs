@@ -2,7 +2,7 @@
 //! Each object is reduced to a digest on the worker pool and dropped; only the digest and two
 //! annotation flags reach the index.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -318,6 +318,39 @@ where
     }
 }
 
+/// Namespace and name of one SecretProviderClassPodStatus.
+type PodStatusId = (String, String);
+
+fn pod_status_id(obj: &DynamicObject) -> PodStatusId {
+    (obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+/// The versions each pod status last reported (as a digest). Several pods report on one
+/// SecretProviderClass, and during a rotation they disagree for a while; like Reloader, only a
+/// pod status whose own versions changed is a change. Otherwise an older pod's status written
+/// again (a relist, a metadata edit) would roll the workloads back to the older versions.
+#[derive(Default)]
+struct ReportedVersions {
+    by_status: HashMap<PodStatusId, [u8; 32]>,
+}
+
+impl ReportedVersions {
+    /// Records what `id` reports; true when it is new or reports other versions than before.
+    fn changed(&mut self, id: PodStatusId, digest: [u8; 32]) -> bool {
+        self.by_status.insert(id, digest) != Some(digest)
+    }
+
+    fn forget(&mut self, id: &PodStatusId) {
+        self.by_status.remove(id);
+    }
+
+    /// After a relist of `namespace` (`None`: all): drops pod statuses deleted meanwhile.
+    fn retain_listed(&mut self, namespace: Option<&str>, listed: &HashSet<PodStatusId>) {
+        self.by_status
+            .retain(|id, _| listed.contains(id) || namespace.is_some_and(|ns| ns != id.0));
+    }
+}
+
 async fn watch_spc<W, O, C, M>(
     ctx: Arc<WatchContext<W, O, C, M>>,
     gate: SyncGate,
@@ -337,6 +370,8 @@ where
             .collect(),
     };
     let mut synced = vec![false; apis.len()];
+    let mut relisting: Vec<Option<HashSet<PodStatusId>>> = vec![None; apis.len()];
+    let mut reported = ReportedVersions::default();
     let mut stream = watch_streams(apis, watcher::Config::default().any_semantic());
     while let Some((i, event)) = stream.next().await {
         let phase = if synced[i] {
@@ -346,13 +381,23 @@ where
         };
         match event {
             Ok(watcher::Event::InitApply(obj) | watcher::Event::Apply(obj)) => {
-                if let Some((key, state)) = ctx.prepare_spc(obj).await {
+                let id = pod_status_id(&obj);
+                if let Some(seen) = relisting[i].as_mut() {
+                    seen.insert(id.clone());
+                }
+                if let Some((key, state)) = ctx.prepare_spc(obj).await
+                    && reported.changed(id, state.digest.blake3)
+                {
                     ctx.engine.config_applied(key, state, phase);
                 }
             }
             // One pod's status going away is not the SecretProviderClass being deleted.
-            Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {}
+            Ok(watcher::Event::Delete(obj)) => reported.forget(&pod_status_id(&obj)),
+            Ok(watcher::Event::Init) => relisting[i] = Some(HashSet::new()),
             Ok(watcher::Event::InitDone) => {
+                if let Some(seen) = relisting[i].take() {
+                    reported.retain_listed(stream_namespace(&ctx.settings.scope, i), &seen);
+                }
                 if !synced[i] {
                     synced[i] = true;
                     gate.done_one();
@@ -362,4 +407,40 @@ where
         }
     }
     anyhow::bail!("the SecretProviderClassPodStatus watch ended")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> PodStatusId {
+        ("ns".into(), name.into())
+    }
+
+    #[test]
+    fn a_pod_status_is_a_change_only_when_its_own_versions_change() {
+        let mut reported = ReportedVersions::default();
+        let (v1, v2) = ([1; 32], [2; 32]);
+        assert!(reported.changed(id("a"), v1), "new pod status");
+        assert!(reported.changed(id("b"), v1), "new pod status");
+        assert!(reported.changed(id("a"), v2), "a rotated");
+        assert!(!reported.changed(id("b"), v1), "b written again, still v1");
+        assert!(!reported.changed(id("a"), v2));
+        reported.forget(&id("b"));
+        assert!(reported.changed(id("b"), v1), "re-created");
+    }
+
+    #[test]
+    fn a_relist_drops_pod_statuses_deleted_meanwhile_in_its_namespace_only() {
+        let mut reported = ReportedVersions::default();
+        reported.changed(id("kept"), [1; 32]);
+        reported.changed(id("gone"), [1; 32]);
+        reported.changed(("other".into(), "x".into()), [1; 32]);
+        reported.retain_listed(Some("ns"), &HashSet::from([id("kept")]));
+        assert!(!reported.changed(id("kept"), [1; 32]));
+        assert!(reported.changed(id("gone"), [1; 32]));
+        assert!(!reported.changed(("other".into(), "x".into()), [1; 32]));
+        reported.retain_listed(None, &HashSet::new());
+        assert!(reported.by_status.is_empty());
+    }
 }

@@ -247,4 +247,5 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
         .unwrap_or_default();
     Ok((code, body))
 }
+pub mod crds;
 pub mod objects;

@@ -1,0 +1,497 @@
+//! Every workload kind against the real API server: how a reload is written for each
+//! (template patch, Job from a CronJob, Job re-created, Argo `restartAt`), and the CRD-backed
+//! kinds behind their flags (Argo Rollouts, OpenShift DeploymentConfig with auto-detection).
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use common::crds;
+use common::objects::*;
+use common::{Controller, TestNamespace, wait_for};
+
+const TEMPLATE: &str = "/spec/template";
+const ROLLOUT_API: &str = "argoproj.io/v1alpha1";
+const DC_API: &str = "apps.openshift.io/v1";
+const WAIT: Duration = Duration::from_secs(20);
+/// After a canary rolled, how long a workload the same change must not touch is watched.
+const SETTLE: Duration = Duration::from_millis(700);
+const AUTO: (&str, &str) = ("reloader.stakater.com/auto", "true");
+
+fn auto() -> Value {
+    json!({AUTO.0: AUTO.1})
+}
+
+fn scope(ns: &TestNamespace) -> String {
+    format!("--namespaces={}", ns.name)
+}
+
+async fn read(ns: &TestNamespace, api_version: &str, kind: &str, name: &str) -> Value {
+    get(&ns.client, &ns.name, api_version, kind, name)
+        .await
+        .unwrap_or_else(|| panic!("{kind}/{name} does not exist"))
+}
+
+/// Waits until env var `var` appears in the pod template of `kind/name` and returns its value.
+async fn wait_env(
+    ns: &TestNamespace,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    var: &str,
+) -> String {
+    wait_for(&format!("{var} in {kind}/{name}"), WAIT, || async {
+        let obj = get(&ns.client, &ns.name, api_version, kind, name)
+            .await
+            .ok_or_else(|| format!("{kind}/{name} does not exist"))?;
+        env_value(&obj, TEMPLATE, var)
+            .ok_or_else(|| format!("no {var} yet; template: {}", obj.pointer(TEMPLATE).unwrap()))
+    })
+    .await
+}
+
+async fn set_data(ns: &TestNamespace, kind: &str, name: &str, data: Value) {
+    let field = if kind == "Secret" {
+        "stringData"
+    } else {
+        "data"
+    };
+    merge_patch(
+        &ns.client,
+        &ns.name,
+        "v1",
+        kind,
+        name,
+        json!({ field: data }),
+    )
+    .await;
+}
+
+fn with_kind(mut obj: Value, api_version: &str, kind: &str) -> Value {
+    obj["apiVersion"] = json!(api_version);
+    obj["kind"] = json!(kind);
+    obj
+}
+
+fn rollout(name: &str, annotations: Value, spec: Value) -> Value {
+    with_kind(deployment(name, annotations, spec), ROLLOUT_API, "Rollout")
+}
+
+/// A DeploymentConfig's selector is a plain label map, not a LabelSelector.
+fn deployment_config(name: &str, annotations: Value, spec: Value) -> Value {
+    let mut dc = with_kind(
+        deployment(name, annotations, spec),
+        DC_API,
+        "DeploymentConfig",
+    );
+    dc["spec"]["selector"] = json!({"app": name});
+    dc
+}
+
+/// One opted-in workload of a patched kind gets the hash in its template; its twin without
+/// the annotation, referencing the same config, is left alone by the same change.
+async fn assert_template_patched(
+    prefix: &str,
+    build: fn(&str, Value, Value) -> Value,
+    kind: &str,
+    config_kind: &str,
+    uses: Value,
+    volumes: Value,
+) {
+    let ns = TestNamespace::new(prefix).await;
+    let c = &ns.client;
+    let config = match config_kind {
+        "Secret" => secret("app-creds", json!({"pw": "one"})),
+        _ => configmap("app-creds", json!({"pw": "one"})),
+    };
+    create(c, &ns.name, config).await;
+    let spec = pod_spec(uses, volumes);
+    create(c, &ns.name, build("opted-in", auto(), spec.clone())).await;
+    create(c, &ns.name, build("twin", json!({}), spec)).await;
+    let _controller = Controller::start(&[&scope(&ns)]).await;
+    let twin_before = read(&ns, "apps/v1", kind, "twin").await;
+
+    set_data(&ns, config_kind, "app-creds", json!({"pw": "two"})).await;
+    let var = format!("STAKATER_APP_CREDS_{}", config_kind.to_uppercase());
+    let seen = wait_env(&ns, "apps/v1", kind, "opted-in", &var).await;
+    // Same recipe for both types here: `k=v` of UTF-8 data, sorted, `;`-joined, SHA-1.
+    assert_eq!(seen, configmap_hash(&[("pw", "two")]));
+
+    tokio::time::sleep(SETTLE).await;
+    let twin_after = read(&ns, "apps/v1", kind, "twin").await;
+    assert_eq!(
+        twin_after.pointer(TEMPLATE),
+        twin_before.pointer(TEMPLATE),
+        "the {kind} without an annotation was rolled"
+    );
+}
+
+#[tokio::test]
+async fn deployment_template_gets_the_hash_of_a_mounted_configmap() {
+    assert_template_patched(
+        "kinds-deploy",
+        deployment,
+        "Deployment",
+        "ConfigMap",
+        json!({"volumeMounts": [{"name": "creds", "mountPath": "/etc/creds"}]}),
+        json!([{"name": "creds", "configMap": {"name": "app-creds"}}]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn statefulset_template_gets_the_hash_of_a_secret_key_ref() {
+    assert_template_patched(
+        "kinds-sts",
+        statefulset,
+        "StatefulSet",
+        "Secret",
+        json!({"env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "app-creds", "key": "pw"}}}]}),
+        json!([]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn daemonset_template_gets_the_hash_of_an_env_from_configmap() {
+    assert_template_patched(
+        "kinds-ds",
+        daemonset,
+        "DaemonSet",
+        "ConfigMap",
+        env_from_configmap("app-creds"),
+        json!([]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn cronjob_is_left_alone_and_a_manual_job_is_created_from_it() {
+    let ns = TestNamespace::new("kinds-cron").await;
+    let c = &ns.client;
+    create(c, &ns.name, configmap("job-config", json!({"k": "v1"}))).await;
+    create(
+        c,
+        &ns.name,
+        cronjob(
+            "nightly",
+            auto(),
+            pod_spec(env_from_configmap("job-config"), json!([])),
+        ),
+    )
+    .await;
+    let _controller = Controller::start(&[&scope(&ns)]).await;
+    let before = read(&ns, "batch/v1", "CronJob", "nightly").await;
+    let cronjob_uid = before["metadata"]["uid"].as_str().unwrap().to_string();
+
+    set_data(&ns, "ConfigMap", "job-config", json!({"k": "v2"})).await;
+    let jobs = api_for(c, &ns.name, "batch/v1", "Job");
+    let job = wait_for("a Job created from the CronJob", WAIT, || async {
+        let list = jobs
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        match list.items.as_slice() {
+            [] => Err("no Job yet".to_string()),
+            [job] => Ok(serde_json::to_value(job).unwrap()),
+            more => Err(format!("{} Jobs, expected one", more.len())),
+        }
+    })
+    .await;
+
+    let meta = &job["metadata"];
+    assert_eq!(meta["generateName"], "nightly-", "{job}");
+    assert!(meta["name"].as_str().unwrap().starts_with("nightly-"));
+    assert_eq!(
+        meta["annotations"]["cronjob.kubernetes.io/instantiate"], "manual",
+        "{job}"
+    );
+    let owners = meta["ownerReferences"].as_array().expect("ownerReferences");
+    assert_eq!(owners.len(), 1, "{job}");
+    let owner = &owners[0];
+    assert_eq!(owner["apiVersion"], "batch/v1");
+    assert_eq!(owner["kind"], "CronJob");
+    assert_eq!(owner["name"], "nightly");
+    assert_eq!(owner["uid"], cronjob_uid.as_str());
+    assert_eq!(owner["controller"], true);
+    assert_eq!(
+        env_value(&job, TEMPLATE, "STAKATER_JOB_CONFIG_CONFIGMAP"),
+        Some(configmap_hash(&[("k", "v2")])),
+        "{job}"
+    );
+
+    tokio::time::sleep(SETTLE).await;
+    let after = read(&ns, "batch/v1", "CronJob", "nightly").await;
+    assert_eq!(
+        after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+        "the CronJob itself was modified: {after}"
+    );
+    assert_eq!(
+        after.pointer("/spec/jobTemplate"),
+        before.pointer("/spec/jobTemplate")
+    );
+    let count = jobs.list(&Default::default()).await.unwrap().items.len();
+    assert_eq!(count, 1, "one change, one Job");
+}
+
+#[tokio::test]
+async fn job_is_recreated_with_the_same_name_and_the_new_template() {
+    let ns = TestNamespace::new("kinds-job").await;
+    let c = &ns.client;
+    create(c, &ns.name, secret("job-secret", json!({"token": "a"}))).await;
+    create(
+        c,
+        &ns.name,
+        job(
+            "migrate",
+            auto(),
+            pod_spec(env_from_secret("job-secret"), json!([])),
+        ),
+    )
+    .await;
+    let _controller = Controller::start(&[&scope(&ns)]).await;
+    let before = read(&ns, "batch/v1", "Job", "migrate").await;
+    let old_uid = before["metadata"]["uid"].as_str().unwrap().to_string();
+
+    set_data(&ns, "Secret", "job-secret", json!({"token": "b"})).await;
+    let job = wait_for("Job migrate re-created", WAIT, || async {
+        let job = get(c, &ns.name, "batch/v1", "Job", "migrate")
+            .await
+            .ok_or_else(|| "no Job migrate (between delete and create)".to_string())?;
+        if job["metadata"]["uid"] == old_uid.as_str() {
+            return Err("still the old Job".to_string());
+        }
+        Ok(job)
+    })
+    .await;
+
+    let new_uid = job["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        env_value(&job, TEMPLATE, "STAKATER_JOB_SECRET_SECRET"),
+        Some(configmap_hash(&[("token", "b")])),
+        "{job}"
+    );
+    assert_eq!(job["metadata"]["annotations"][AUTO.0], AUTO.1, "{job}");
+    // The API server generated a fresh selector for the new uid: the old one was cleared.
+    assert_eq!(
+        job["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"], new_uid,
+        "{job}"
+    );
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"],
+        new_uid,
+        "{job}"
+    );
+}
+
+#[tokio::test]
+async fn ignored_workload_types_leave_jobs_and_cronjobs_alone() {
+    let ns = TestNamespace::new("kinds-ignored").await;
+    let c = &ns.client;
+    create(c, &ns.name, configmap("shared", json!({"k": "v1"}))).await;
+    let spec = pod_spec(env_from_configmap("shared"), json!([]));
+    create(c, &ns.name, job("once", auto(), spec.clone())).await;
+    create(c, &ns.name, cronjob("nightly", auto(), spec.clone())).await;
+    create(c, &ns.name, deployment("canary", auto(), spec)).await;
+    let _controller =
+        Controller::start(&[&scope(&ns), "--ignored-workload-types=jobs,cronjobs"]).await;
+    let job_before = read(&ns, "batch/v1", "Job", "once").await;
+
+    set_data(&ns, "ConfigMap", "shared", json!({"k": "v2"})).await;
+    wait_env(
+        &ns,
+        "apps/v1",
+        "Deployment",
+        "canary",
+        "STAKATER_SHARED_CONFIGMAP",
+    )
+    .await;
+
+    tokio::time::sleep(SETTLE).await;
+    let jobs = api_for(c, &ns.name, "batch/v1", "Job")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let names: Vec<_> = jobs.items.iter().map(|j| j.metadata.name.clone()).collect();
+    assert_eq!(names, [Some("once".to_string())], "no Job from the CronJob");
+    let job_after = read(&ns, "batch/v1", "Job", "once").await;
+    assert_eq!(
+        job_after["metadata"]["uid"], job_before["metadata"]["uid"],
+        "the Job was re-created"
+    );
+}
+
+#[tokio::test]
+async fn argo_rollout_template_is_patched_with_the_flag() {
+    let ns = TestNamespace::new("kinds-argo").await;
+    let c = &ns.client;
+    crds::ensure(c, &[crds::ARGO_ROLLOUTS]).await;
+    create(c, &ns.name, configmap("web-config", json!({"k": "v1"}))).await;
+    create(
+        c,
+        &ns.name,
+        rollout(
+            "web",
+            auto(),
+            pod_spec(env_from_configmap("web-config"), json!([])),
+        ),
+    )
+    .await;
+    let _controller = Controller::start(&[&scope(&ns), "--is-Argo-Rollouts=true"]).await;
+
+    set_data(&ns, "ConfigMap", "web-config", json!({"k": "v2"})).await;
+    let seen = wait_env(
+        &ns,
+        ROLLOUT_API,
+        "Rollout",
+        "web",
+        "STAKATER_WEB_CONFIG_CONFIGMAP",
+    )
+    .await;
+    assert_eq!(seen, configmap_hash(&[("k", "v2")]));
+    let obj = read(&ns, ROLLOUT_API, "Rollout", "web").await;
+    assert!(obj.pointer("/spec/restartAt").is_none(), "{obj}");
+}
+
+#[tokio::test]
+async fn argo_rollout_restart_strategy_sets_restart_at_and_keeps_the_template() {
+    let ns = TestNamespace::new("kinds-argo-restart").await;
+    let c = &ns.client;
+    crds::ensure(c, &[crds::ARGO_ROLLOUTS]).await;
+    create(c, &ns.name, configmap("web-config", json!({"k": "v1"}))).await;
+    create(
+        c,
+        &ns.name,
+        rollout(
+            "web",
+            json!({AUTO.0: AUTO.1, "reloader.stakater.com/rollout-strategy": "restart"}),
+            pod_spec(env_from_configmap("web-config"), json!([])),
+        ),
+    )
+    .await;
+    let _controller = Controller::start(&[&scope(&ns), "--is-Argo-Rollouts=true"]).await;
+    let before = read(&ns, ROLLOUT_API, "Rollout", "web").await;
+    let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(5);
+
+    set_data(&ns, "ConfigMap", "web-config", json!({"k": "v2"})).await;
+    let after = wait_for("spec.restartAt on Rollout web", WAIT, || async {
+        let obj = read(&ns, ROLLOUT_API, "Rollout", "web").await;
+        match obj.pointer("/spec/restartAt") {
+            Some(_) => Ok(obj),
+            None => Err(format!("spec: {}", obj["spec"])),
+        }
+    })
+    .await;
+    let restart_at: jiff::Timestamp = after["spec"]["restartAt"]
+        .as_str()
+        .expect("restartAt is a string")
+        .parse()
+        .expect("restartAt is an RFC 3339 time");
+    assert!(restart_at > started, "restartAt {restart_at} is not recent");
+    assert_eq!(
+        after.pointer(TEMPLATE),
+        before.pointer(TEMPLATE),
+        "the restart strategy must not touch the template"
+    );
+}
+
+#[tokio::test]
+async fn argo_rollouts_are_left_alone_without_the_flag() {
+    let ns = TestNamespace::new("kinds-argo-off").await;
+    let c = &ns.client;
+    crds::ensure(c, &[crds::ARGO_ROLLOUTS]).await;
+    create(c, &ns.name, configmap("web-config", json!({"k": "v1"}))).await;
+    let spec = pod_spec(env_from_configmap("web-config"), json!([]));
+    create(c, &ns.name, rollout("web", auto(), spec.clone())).await;
+    create(c, &ns.name, deployment("canary", auto(), spec)).await;
+    let _controller = Controller::start(&[&scope(&ns)]).await;
+    let before = read(&ns, ROLLOUT_API, "Rollout", "web").await;
+
+    set_data(&ns, "ConfigMap", "web-config", json!({"k": "v2"})).await;
+    wait_env(
+        &ns,
+        "apps/v1",
+        "Deployment",
+        "canary",
+        "STAKATER_WEB_CONFIG_CONFIGMAP",
+    )
+    .await;
+
+    tokio::time::sleep(SETTLE).await;
+    let after = read(&ns, ROLLOUT_API, "Rollout", "web").await;
+    assert_eq!(
+        after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+        "a Rollout was written without --is-Argo-Rollouts: {after}"
+    );
+}
+
+#[tokio::test]
+async fn deployment_config_template_is_patched_with_the_flag() {
+    let ns = TestNamespace::new("kinds-dc").await;
+    let c = &ns.client;
+    crds::ensure(c, &[crds::DEPLOYMENT_CONFIGS]).await;
+    create(c, &ns.name, secret("dc-secret", json!({"pw": "one"}))).await;
+    create(
+        c,
+        &ns.name,
+        deployment_config(
+            "legacy",
+            json!({"secret.reloader.stakater.com/reload": "dc-secret"}),
+            pod_spec(
+                json!({"volumeMounts": [{"name": "s", "mountPath": "/s"}]}),
+                json!([{"name": "s", "secret": {"secretName": "dc-secret"}}]),
+            ),
+        ),
+    )
+    .await;
+    let _controller = Controller::start(&[&scope(&ns), "--is-openshift=true"]).await;
+
+    set_data(&ns, "Secret", "dc-secret", json!({"pw": "two"})).await;
+    let seen = wait_env(
+        &ns,
+        DC_API,
+        "DeploymentConfig",
+        "legacy",
+        "STAKATER_DC_SECRET_SECRET",
+    )
+    .await;
+    assert_eq!(seen, configmap_hash(&[("pw", "two")]));
+}
+
+#[tokio::test]
+async fn deployment_config_is_rolled_without_the_flag_when_its_api_is_served() {
+    let ns = TestNamespace::new("kinds-dc-detect").await;
+    let c = &ns.client;
+    // The CRD makes `apps.openshift.io` appear in discovery, which the controller checks at start.
+    crds::ensure(c, &[crds::DEPLOYMENT_CONFIGS]).await;
+    create(c, &ns.name, configmap("dc-config", json!({"k": "v1"}))).await;
+    create(
+        c,
+        &ns.name,
+        deployment_config(
+            "legacy",
+            auto(),
+            pod_spec(env_from_configmap("dc-config"), json!([])),
+        ),
+    )
+    .await;
+    let controller = Controller::start(&[&scope(&ns)]).await;
+
+    set_data(&ns, "ConfigMap", "dc-config", json!({"k": "v2"})).await;
+    let seen = wait_env(
+        &ns,
+        DC_API,
+        "DeploymentConfig",
+        "legacy",
+        "STAKATER_DC_CONFIG_CONFIGMAP",
+    )
+    .await;
+    assert_eq!(seen, configmap_hash(&[("k", "v2")]));
+    assert!(
+        controller.logs().contains("apps.openshift.io is served"),
+        "{}",
+        controller.logs()
+    );
+}
