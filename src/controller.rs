@@ -7,7 +7,7 @@ use anyhow::Context;
 use kube::Client;
 use tracing::{error, info, warn};
 
-use crate::alert::ReloadWebhook;
+use crate::alert::{AlertConfig, Alerter, ReloadWebhook};
 use crate::config::{Flags, Settings};
 use crate::digest::DigestPool;
 use crate::engine::Engine;
@@ -18,6 +18,7 @@ use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue};
 use crate::shard::Ownership;
 use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::outcomes::Outcomes;
 use crate::watch::WatchContext;
 
 /// How long in-flight writes may take to finish on SIGTERM.
@@ -88,7 +89,16 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         events.clone(),
         pauses.clone(),
     ));
-    let queue = ReloadQueue::start(writer, metrics.clone(), queue_settings(&settings));
+    let alerter = AlertConfig::from_env(|k| std::env::var(k).ok())
+        .map(Alerter::new)
+        .transpose()
+        .context("ALERT_WEBHOOK_PROXY")?;
+    let outcomes = Arc::new(Outcomes {
+        metrics: metrics.clone(),
+        events: events.clone(),
+        alerter,
+    });
+    let queue = ReloadQueue::start(writer, outcomes, queue_settings(&settings));
     let mut engine = Engine::new(
         index.clone(),
         settings.clone(),

@@ -9,6 +9,10 @@ use tracing::{info, warn};
 
 use crate::model::ConfigKey;
 
+mod sink;
+
+pub use sink::{AlertConfig, AlertSink, Alerter, alert_text, payload};
+
 /// A small HTTP client with a timeout and an optional proxy.
 #[derive(Clone)]
 pub struct HttpPoster {
@@ -26,7 +30,11 @@ pub enum AlertError {
 
 impl HttpPoster {
     pub fn new(proxy: Option<&str>, timeout: Duration, attempts: u32) -> Result<Self, AlertError> {
-        let mut builder = reqwest::Client::builder().timeout(timeout).no_proxy();
+        // Redirects are refused, as in Reloader: a redirected webhook usually means a bad token.
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(p) = proxy.filter(|p| !p.is_empty()) {
             builder = builder
                 .proxy(reqwest::Proxy::all(p).map_err(|e| AlertError::Proxy(e.to_string()))?);

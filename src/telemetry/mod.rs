@@ -3,6 +3,7 @@
 pub mod events;
 pub mod logging;
 pub mod metrics;
+pub mod outcomes;
 pub mod tracing;
 
 pub use self::tracing::current_trace_id;
