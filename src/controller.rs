@@ -95,7 +95,6 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("ALERT_WEBHOOK_PROXY")?;
     let outcomes = Arc::new(Outcomes {
         metrics: metrics.clone(),
-        events: events.clone(),
         alerter,
     });
     let queue = ReloadQueue::start(writer, outcomes, queue_settings(&settings));

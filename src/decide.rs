@@ -41,6 +41,16 @@ pub enum ReloadReason {
     Auto,
 }
 
+impl ReloadReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadReason::ExplicitList => "explicit_list",
+            ReloadReason::Search => "search",
+            ReloadReason::Auto => "auto",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
     IgnoredWorkloadType,

@@ -180,8 +180,23 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         hash: Option<String>,
         reason: ReloadReason,
         observed_at: Instant,
-        span: &Span,
+        parent: &Span,
     ) {
+        let span = info_span!(
+            parent: parent,
+            "reload",
+            config.kind = %key.kind,
+            config.namespace = %key.namespace,
+            config.name = %key.name,
+            workload.kind = %entry.key.kind,
+            workload.namespace = %entry.key.namespace,
+            workload.name = %entry.key.name,
+            strategy = self.settings.strategy.as_str(),
+            decision = reason.as_str(),
+            result = tracing::field::Empty,
+            coalesced_with = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
         self.queue.enqueue(
             entry.key.clone(),
             QueuedChange {
@@ -191,7 +206,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                     explicit: reason == ReloadReason::ExplicitList,
                 },
                 observed_at,
-                span: span.clone(),
+                span,
             },
         );
     }

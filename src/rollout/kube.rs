@@ -22,7 +22,7 @@ use crate::config::{AnnotationKeys, Settings};
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::policy::{RolloutStrategy, parse_go_duration};
 use crate::shard::Ownership;
-use crate::telemetry::events::{EventSink, reloaded_message, workload_reference};
+use crate::telemetry::events::{EventSink, failed_message, reloaded_message, workload_reference};
 
 use super::pause::PauseKeeper;
 use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome};
@@ -58,6 +58,23 @@ pub fn classify(error: kube::Error) -> WriteError {
             _ => WriteError::Permanent(format!("{} {}", status.code, status.message)),
         },
         _ => WriteError::Transient(error.to_string()),
+    }
+}
+
+/// A JSON Patch whose `test` of the resourceVersion fails gets a bare 422 (reason Invalid, no
+/// causes, no hint of the test), as does an op that no longer applies to the current object. The
+/// ops were derived from the object just read, so both mean it changed since: a conflict, retried
+/// on a fresh read. A 422 with causes is a real validation error. A 404 means the workload was
+/// deleted since it was read: the fresh read then drops the write as vanished.
+fn classify_json_patch(error: kube::Error) -> WriteError {
+    match &error {
+        kube::Error::Api(s)
+            if s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty()) =>
+        {
+            WriteError::Conflict(s.message.clone())
+        }
+        kube::Error::Api(s) if s.code == 404 => WriteError::Conflict(s.message.clone()),
+        _ => classify(error),
     }
 }
 
@@ -110,7 +127,10 @@ impl KubeWriter {
         let api = self.api(key);
         let object = match api.get_opt(&key.name).await.map_err(classify)? {
             Some(o) => o,
-            None => return Ok(WriteOutcome::Dropped("workload vanished")),
+            None => {
+                info!(workload = %key, "workload vanished before its reload was written, dropped");
+                return Ok(WriteOutcome::Dropped("workload vanished"));
+            }
         };
         let mut value =
             serde_json::to_value(&object).map_err(|e| WriteError::Permanent(e.to_string()))?;
@@ -155,7 +175,13 @@ impl KubeWriter {
         let reference = workload_reference(key, uid);
         let trace_id = crate::telemetry::current_trace_id();
         for config in &written {
-            info!(workload = %key, config = %config, strategy = self.settings.strategy.as_str(), "reloaded");
+            info!(
+                workload = %key,
+                config = %config,
+                strategy = self.settings.strategy.as_str(),
+                trace_id = trace_id.as_deref().unwrap_or_default(),
+                "reloaded"
+            );
             self.events
                 .reloaded(
                     &reference,
@@ -211,7 +237,7 @@ impl KubeWriter {
                 &Patch::<()>::Json(patch),
             )
             .await
-            .map_err(classify)?;
+            .map_err(classify_json_patch)?;
         Ok(())
     }
 
@@ -351,7 +377,14 @@ impl WorkloadWriter for Arc<KubeWriter> {
         key: &WorkloadKey,
         changes: &[QueuedChange],
     ) -> Result<WriteOutcome, WriteError> {
-        self.write_once(key, changes).await
+        let result = self.write_once(key, changes).await;
+        // Only a permanent error ends the queue's retries: that is the failure to report.
+        if let Err(WriteError::Permanent(error)) = &result {
+            self.events
+                .reload_failed(&workload_reference(key, None), failed_message(key, error))
+                .await;
+        }
+        result
     }
 }
 
@@ -374,6 +407,38 @@ mod tests {
                 "spec": {"template": {"metadata": {"labels": {"job-name": "j"}}}}
             })
         );
+    }
+
+    #[test]
+    fn a_bare_422_on_a_json_patch_is_a_conflict() {
+        // What kube-apiserver answers when the resourceVersion `test` op fails.
+        let bare: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "reason": "Invalid", "details": {}, "code": 422,
+            "message": "the server rejected our request due to an error in our request"
+        }))
+        .unwrap();
+        assert!(matches!(
+            classify_json_patch(kube::Error::Api(Box::new(bare))),
+            WriteError::Conflict(_)
+        ));
+        let invalid: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "reason": "Invalid", "code": 422, "message": "invalid env",
+            "details": {"causes": [{"reason": "FieldValueInvalid", "field": "spec.template"}]}
+        }))
+        .unwrap();
+        assert!(matches!(
+            classify_json_patch(kube::Error::Api(Box::new(invalid))),
+            WriteError::Permanent(_)
+        ));
+        let gone: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "reason": "NotFound", "code": 404,
+            "message": "deployments.apps \"web\" not found"
+        }))
+        .unwrap();
+        assert!(matches!(
+            classify_json_patch(kube::Error::Api(Box::new(gone))),
+            WriteError::Conflict(_)
+        ));
     }
 
     #[test]

@@ -25,7 +25,8 @@ pub struct QueuedChange {
     pub change: TemplateChange,
     /// When the controller saw the config change (latency is measured from here).
     pub observed_at: Instant,
-    /// The config event's span: the write's span is its child.
+    /// This change's `reload` span, a child of the config event's span. Fields `result`,
+    /// `coalesced_with` and `attempts` are recorded when the write ends.
     pub span: Span,
 }
 
@@ -269,31 +270,31 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>, 
         state.in_flight.insert(key.clone());
         changes
     };
-    let parent = changes
-        .last()
+    // Each change carries its own `reload` span (opened when it was queued, so it covers the
+    // time spent waiting); the write runs in the first one and the others note that they rode on it.
+    let span = changes
+        .first()
         .map(|c| c.span.clone())
         .unwrap_or_else(Span::none);
-    let span = tracing::info_span!(
-        parent: &parent,
-        "write",
-        workload.kind = %key.kind,
-        workload.namespace = %key.namespace,
-        workload.name = %key.name,
-        coalesced_with = changes.len().saturating_sub(1),
-        result = tracing::field::Empty,
-    );
     let (result, attempts) = write_with_retries(inner, &key, &changes)
         .instrument(span.clone())
         .await;
-    span.record(
-        "result",
-        match &result {
-            Ok(WriteOutcome::Reloaded) => "reloaded",
-            Ok(WriteOutcome::UpToDate) => "up_to_date",
-            Ok(WriteOutcome::Dropped(_)) => "dropped",
-            Err(e) => e.metric_label(),
-        },
-    );
+    let result_label = match &result {
+        Ok(WriteOutcome::Reloaded) => "reloaded",
+        Ok(WriteOutcome::UpToDate) => "up_to_date",
+        Ok(WriteOutcome::Dropped(_)) => "dropped",
+        Err(e) => e.metric_label(),
+    };
+    for change in &changes {
+        change.span.record("result", result_label);
+        change
+            .span
+            .record("coalesced_with", changes.len().saturating_sub(1));
+        change.span.record("attempts", attempts);
+    }
+    if let Err(error) = &result {
+        span.in_scope(|| warn!(workload = %key, %error, attempts, "reload failed, not retried"));
+    }
     inner.observer.finished(&key, &changes, &result, attempts);
     let mut state = inner.state.lock().expect("queue lock");
     state.in_flight.remove(&key);

@@ -8,9 +8,14 @@ use tracing::warn;
 use crate::model::{ConfigKey, WorkloadKey};
 use crate::rollout::kube::api_resource;
 
+/// Publishes each Event as its own object. kube's `Recorder` folds every Event with the same
+/// type, reason and object into one series that keeps the first note, so a second reload (another
+/// config) or a second bad annotation would show the first one's text: each publish gets a fresh
+/// recorder, whose cache is empty.
 #[derive(Clone)]
 pub struct EventSink {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
 }
 
 pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectReference {
@@ -60,9 +65,7 @@ impl EventSink {
             controller: "kube-reloader".into(),
             instance,
         };
-        Self {
-            recorder: Recorder::new(client, reporter),
-        }
+        Self { client, reporter }
     }
 
     async fn publish(
@@ -88,7 +91,8 @@ impl EventSink {
             action: "Reload".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(&event, reference).await {
             warn!(error = %e, reason, "could not publish a Kubernetes event");
         }
     }

@@ -1,6 +1,5 @@
-//! What happens after each write: metrics, the `ReloadFail` Event for writes that gave up, and
-//! alerts for successful reloads. Events and alerts are sent on their own tasks, so the write
-//! queue never waits for them.
+//! What happens after each write: metrics, and alerts for successful reloads (sent on their own
+//! tasks, so the write queue never waits for them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,12 +8,10 @@ use crate::alert::Alerter;
 use crate::model::WorkloadKey;
 use crate::rollout::{QueueObserver, QueuedChange, WriteError, WriteOutcome};
 
-use super::events::{EventSink, failed_message, workload_reference};
 use super::metrics::Metrics;
 
 pub struct Outcomes {
     pub metrics: Arc<Metrics>,
-    pub events: EventSink,
     pub alerter: Option<Alerter>,
 }
 
@@ -43,13 +40,8 @@ impl QueueObserver for Arc<Outcomes> {
                     }
                 }
             }
-            Err(error) => {
-                tracing::error!(workload = %key, %error, attempts, "reload failed");
-                let events = self.events.clone();
-                let reference = workload_reference(key, None);
-                let note = failed_message(key, &error.to_string());
-                tokio::spawn(async move { events.reload_failed(&reference, note).await });
-            }
+            // The writer publishes the ReloadFail Event and the queue logs the failure.
+            Err(_) => {}
             Ok(WriteOutcome::Dropped(reason)) => {
                 tracing::info!(workload = %key, reason, "reload dropped");
             }

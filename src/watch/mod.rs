@@ -172,10 +172,7 @@ type TaggedWatch<K> = BoxStream<'static, (usize, Result<watcher::Event<K>, watch
 
 /// Merged, backed-off watch streams; each item is tagged with its stream's index so start-up
 /// sync is counted per stream.
-fn watch_streams<K>(
-    apis: Vec<Api<K>>,
-    config: watcher::Config,
-) -> SelectAll<TaggedWatch<K>>
+fn watch_streams<K>(apis: Vec<Api<K>>, config: watcher::Config) -> SelectAll<TaggedWatch<K>>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
