@@ -7,6 +7,8 @@ use kube_reloader::telemetry;
 // thread) is created and dropped outside of it.
 fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
+    // kube, the alert client and the OTLP exporter share rustls: pin its crypto provider first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let tracer = match telemetry::tracing::provider() {
         Ok(p) => p,
         Err(e) => {

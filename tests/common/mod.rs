@@ -205,6 +205,14 @@ impl Controller {
         std::mem::forget(self);
         status
     }
+
+    /// `terminate` without blocking the test's runtime, which may be serving receivers the
+    /// controller talks to while it shuts down (a current-thread runtime would deadlock).
+    pub async fn stop(self) -> std::process::ExitStatus {
+        tokio::task::spawn_blocking(move || self.terminate())
+            .await
+            .expect("terminate task")
+    }
 }
 
 impl Drop for Controller {
@@ -249,3 +257,4 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
 }
 pub mod crds;
 pub mod objects;
+pub mod receiver;
