@@ -16,6 +16,7 @@ use crate::index::ReverseIndex;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue};
 use crate::shard::Ownership;
+use crate::telemetry::api_requests::CountRequestsLayer;
 use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
@@ -59,9 +60,15 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let metrics_addr = parse_listen_addr(&flags.metrics_addr)
         .with_context(|| format!("--metrics-addr: '{}' is not host:port", flags.metrics_addr))?;
     let mut settings = Settings::try_from(flags)?;
-    let client = Client::try_default()
+    let metrics =
+        Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
+    let kube_config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
+    let client = kube::client::ClientBuilder::try_from(kube_config)
+        .context("building the Kubernetes client")?
+        .with_layer(&CountRequestsLayer::new(metrics.clone()))
+        .build();
     detect_openshift(&client, &mut settings).await;
     if settings.enable_ha {
         warn!("--enable-ha: leader election is not implemented yet; this replica acts alone");
@@ -74,8 +81,6 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         settings.namespace_selector.is_some(),
     ));
     let index = Arc::new(ReverseIndex::new());
-    let metrics =
-        Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
     let events = EventSink::new(client.clone(), pod_name.clone());
     let pauses = PauseKeeper::new(
         client.clone(),

@@ -55,6 +55,13 @@ struct ResourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiRequestLabels {
+    verb: String,
+    resource: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
     event_type: String,
     resource_type: String,
@@ -88,6 +95,7 @@ pub struct Metrics {
     index_workloads: Gauge,
     index_edges: Gauge,
     owned_namespaces: Gauge,
+    api_requests: Family<ApiRequestLabels, Counter>,
 }
 
 impl Metrics {
@@ -114,6 +122,7 @@ impl Metrics {
             index_workloads: Gauge::default(),
             index_edges: Gauge::default(),
             owned_namespaces: Gauge::default(),
+            api_requests: Family::default(),
         };
         // Both label values exist from the start, as in Reloader, so rate() works at once.
         for s in ["true", "false"] {
@@ -213,6 +222,11 @@ impl Metrics {
             "owned_namespaces",
             "Namespaces this replica acts on (with a selector or sharding).",
             m.owned_namespaces.clone(),
+        );
+        own.register(
+            "api_requests",
+            "Requests sent to the Kubernetes API server, by verb, resource and status code (0: no response).",
+            m.api_requests.clone(),
         );
         Arc::new(Metrics { registry, ..m })
     }
@@ -360,5 +374,17 @@ mod tests {
         );
         assert!(text.contains("reloader_reload_executed_total{success=\"false\"} 0"));
         assert!(text.contains("kube_reloader_index_workloads 0"));
+    }
+}
+
+impl crate::telemetry::api_requests::RequestSink for Metrics {
+    fn request(&self, verb: &'static str, resource: &str, code: u16) {
+        self.api_requests
+            .get_or_create(&ApiRequestLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
     }
 }

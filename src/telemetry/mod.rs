@@ -1,5 +1,6 @@
 //! What the controller tells the outside: logs and traces, Kubernetes Events, metrics.
 
+pub mod api_requests;
 pub mod events;
 pub mod logging;
 pub mod metrics;

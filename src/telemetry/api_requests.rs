@@ -1,0 +1,126 @@
+//! Counts every request the kube client sends, by verb, resource and status code, as a tower
+//! layer under the client, so nothing that talks to the API server can bypass it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower::{Layer, Service};
+
+/// Receives one observation per request.
+pub trait RequestSink: Send + Sync + 'static {
+    fn request(&self, verb: &'static str, resource: &str, code: u16);
+}
+
+/// The verb as the API server would name it (watches are GETs with `watch=true`).
+pub fn verb_of(method: &http::Method, query: Option<&str>) -> &'static str {
+    let watch = query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    match *method {
+        http::Method::GET if watch => "WATCH",
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+/// The resource (plural) of an API path: `/api/v1/namespaces/ns/configmaps/x` -> `configmaps`.
+pub fn resource_of(path: &str) -> &str {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Skip `api/v1` or `apis/<group>/<version>`.
+    let rest = match segments.first() {
+        Some(&"api") => segments.get(2..),
+        Some(&"apis") => segments.get(3..),
+        _ => None,
+    };
+    let rest = rest.unwrap_or_default();
+    match rest {
+        ["namespaces", _, resource, ..] => resource,
+        [resource, ..] => resource,
+        [] => "discovery",
+    }
+}
+
+#[derive(Clone)]
+pub struct CountRequestsLayer {
+    sink: Arc<dyn RequestSink>,
+}
+
+impl CountRequestsLayer {
+    pub fn new(sink: Arc<dyn RequestSink>) -> Self {
+        Self { sink }
+    }
+}
+
+impl<S> Layer<S> for CountRequestsLayer {
+    type Service = CountRequests<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        CountRequests {
+            inner,
+            sink: self.sink.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct CountRequests<S> {
+    inner: S,
+    sink: Arc<dyn RequestSink>,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for CountRequests<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let verb = verb_of(req.method(), req.uri().query());
+        let resource = resource_of(req.uri().path()).to_string();
+        let sink = self.sink.clone();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let result = fut.await;
+            // 0: no response (connection error, timeout).
+            let code = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(0);
+            sink.request(verb, &resource, code);
+            result
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_and_resources() {
+        assert_eq!(
+            verb_of(&http::Method::GET, Some("watch=true&resourceVersion=1")),
+            "WATCH"
+        );
+        assert_eq!(verb_of(&http::Method::GET, Some("limit=500")), "GET");
+        assert_eq!(
+            resource_of("/api/v1/namespaces/ns/configmaps/x"),
+            "configmaps"
+        );
+        assert_eq!(resource_of("/apis/apps/v1/deployments"), "deployments");
+        assert_eq!(
+            resource_of("/apis/apps/v1/namespaces/a/deployments/b/status"),
+            "deployments"
+        );
+        assert_eq!(resource_of("/api/v1/namespaces"), "namespaces");
+        assert_eq!(resource_of("/apis"), "discovery");
+    }
+}
