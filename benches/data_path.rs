@@ -30,7 +30,11 @@ fn bench_digest(c: &mut Criterion) {
     for (label, size) in [("1KiB", 1024), ("1MiB", 1 << 20)] {
         g.throughput(Throughput::Bytes(size as u64));
         g.bench_function(label, |b| {
-            b.iter_batched(|| secret(size), |p| black_box(digest_payload(p)), criterion::BatchSize::LargeInput)
+            b.iter_batched(
+                || secret(size),
+                |p| black_box(digest_payload(p)),
+                criterion::BatchSize::LargeInput,
+            )
         });
     }
     g.finish();
@@ -50,7 +54,9 @@ fn bench_index(c: &mut Criterion) {
     let keys = AnnotationKeys::default();
     let index = ReverseIndex::new();
     for i in 0..10_000 {
-        index.apply_workload(workload_entry(WorkloadKind::Deployment, &deployment(i, "shared"), &keys).unwrap());
+        index.apply_workload(
+            workload_entry(WorkloadKind::Deployment, &deployment(i, "shared"), &keys).unwrap(),
+        );
     }
     let obj = deployment(42, "other");
     c.bench_function("index/parse+update one workload (10k indexed)", |b| {
@@ -63,8 +69,17 @@ fn bench_index(c: &mut Criterion) {
     c.bench_function("decide/auto referenced", |b| {
         b.iter(|| {
             decide(
-                ConfigFacts { kind: ConfigKind::ConfigMap, name: black_box("shared"), ignore: false, matched: false },
-                WorkloadFacts { kind: WorkloadKind::Deployment, policy: &entry.policy, referenced: true },
+                ConfigFacts {
+                    kind: ConfigKind::ConfigMap,
+                    name: black_box("shared"),
+                    ignore: false,
+                    matched: false,
+                },
+                WorkloadFacts {
+                    kind: WorkloadKind::Deployment,
+                    policy: &entry.policy,
+                    referenced: true,
+                },
                 DecisionSwitches::default(),
             )
         })
@@ -90,7 +105,12 @@ fn bench_fan_out(c: &mut Criterion) {
         let index = Arc::new(ReverseIndex::new());
         for i in 0..n {
             index.apply_workload(
-                workload_entry(WorkloadKind::Deployment, &deployment(i, "shared"), &settings.keys).unwrap(),
+                workload_entry(
+                    WorkloadKind::Deployment,
+                    &deployment(i, "shared"),
+                    &settings.keys,
+                )
+                .unwrap(),
             );
         }
         let queue = ReloadQueue::start(NoWrite, (), Default::default());
@@ -101,7 +121,10 @@ fn bench_fan_out(c: &mut Criterion) {
                 let mut data = BTreeMap::new();
                 data.insert("k".to_string(), format!("v{v}"));
                 ConfigState {
-                    digest: digest_payload(ConfigPayload::ConfigMap { data, binary_data: BTreeMap::new() }),
+                    digest: digest_payload(ConfigPayload::ConfigMap {
+                        data,
+                        binary_data: BTreeMap::new(),
+                    }),
                     ignore: false,
                     matched: false,
                 }

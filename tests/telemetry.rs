@@ -189,6 +189,7 @@ async fn a_reload_is_one_trace_linked_from_its_event_and_counted_in_metrics() {
         "reloader_action_total{workload_kind=\"Deployment\",result=\"success\"} 1",
         "kube_reloader_reload_latency_seconds_count 1",
         "kube_reloader_index_workloads 1",
+        "kube_reloader_api_requests_total{verb=\"PATCH\",resource=\"deployments\",code=\"200\"} 1",
     ] {
         assert!(
             metrics.contains(expected),
