@@ -59,6 +59,12 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics_addr = parse_listen_addr(&flags.metrics_addr)
         .with_context(|| format!("--metrics-addr: '{}' is not host:port", flags.metrics_addr))?;
+    let pprof_addr = flags
+        .enable_pprof
+        .then(|| parse_listen_addr(&flags.pprof_addr))
+        .transpose()
+        .with_context(|| format!("--pprof-addr: '{}' is not host:port", flags.pprof_addr))?;
+    let meta_info = crate::telemetry::meta_info::MetaInfo::from_flags(&flags);
     let mut settings = Settings::try_from(flags)?;
     let metrics =
         Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
@@ -74,6 +80,9 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         warn!("--enable-ha: leader election is not implemented yet; this replica acts alone");
     }
     let settings = Arc::new(settings);
+    if let Some(meta_info) = meta_info {
+        meta_info.publish(&client).await;
+    }
     let pod_name = std::env::var("POD_NAME").ok();
 
     let ownership = Arc::new(Ownership::new(
@@ -136,6 +145,13 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         ready: Box::new(move || ready_probe.is_ready()),
     });
     let mut admin_server = tokio::spawn(crate::http::serve(metrics_addr, admin));
+    if let Some(addr) = pprof_addr {
+        tokio::spawn(async move {
+            if let Err(e) = crate::http::pprof::serve(addr).await {
+                error!(error = %e, %addr, "the profiling endpoint stopped");
+            }
+        });
+    }
     let mut watching = tokio::spawn(watches.run());
 
     // A critical task ending means the controller can no longer do its job: exit non-zero.

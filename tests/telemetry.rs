@@ -390,3 +390,71 @@ async fn json_logs_carry_one_structured_line_per_reload() {
     .unwrap();
     assert_eq!(code, 200);
 }
+
+#[tokio::test]
+async fn meta_info_configmap_and_profiles_on_their_own_port() {
+    let ns = setup("telemetry-meta").await;
+    let pprof_port = common::free_port();
+    let controller = Controller::start_with_env(
+        &[
+            &format!("--namespaces={}", ns.name),
+            "--enable-pprof",
+            &format!("--pprof-addr=127.0.0.1:{pprof_port}"),
+        ],
+        &[
+            ("RELOADER_NAMESPACE", &ns.name),
+            ("RELOADER_DEPLOYMENT_NAME", "reloader"),
+        ],
+    )
+    .await;
+    let cm = wait_for("reloader-meta-info", Duration::from_secs(10), || async {
+        get(
+            &ns.client,
+            &ns.name,
+            "v1",
+            "ConfigMap",
+            "reloader-meta-info",
+        )
+        .await
+        .ok_or_else(|| "absent".to_string())
+    })
+    .await;
+    assert_eq!(
+        cm["metadata"]["labels"]["reloader.stakater.com/meta-info"],
+        "reloader-oss"
+    );
+    let options: serde_json::Value =
+        serde_json::from_str(cm["data"]["reloaderOptions"].as_str().unwrap()).unwrap();
+    assert_eq!(options["reloadStrategy"], "env-vars");
+    let deployment: serde_json::Value =
+        serde_json::from_str(cm["data"]["deploymentInfo"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        deployment,
+        json!({"name": "reloader", "namespace": ns.name})
+    );
+    assert!(
+        cm["data"]["buildInfo"]
+            .as_str()
+            .unwrap()
+            .contains("releaseVersion")
+    );
+
+    let (code, body) = common::http_get(&format!(
+        "http://127.0.0.1:{pprof_port}/debug/pprof/profile?seconds=1"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("<svg"),
+        "not a flame graph: {}",
+        &body[..body.len().min(200)]
+    );
+    let (code, _) = common::http_get(&format!(
+        "http://127.0.0.1:{}/debug/pprof/profile",
+        controller.metrics_port
+    ))
+    .await
+    .unwrap();
+    assert_eq!(code, 404, "profiles must not be served on the metrics port");
+}

@@ -13,7 +13,8 @@ pub fn parse_go_bool(value: &str) -> Result<bool, String> {
 }
 
 /// kube-reloader: rolls workloads when the ConfigMaps, Secrets or CSI secrets they use change.
-#[derive(Debug, Clone, Parser)]
+#[derive(Debug, Clone, Parser, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 #[command(name = "kube-reloader", version, about)]
 pub struct Flags {
     /// Reload every workload that references a changed config unless it opts out with auto: "false".

@@ -3,6 +3,7 @@
 pub mod api_requests;
 pub mod events;
 pub mod logging;
+pub mod meta_info;
 pub mod metrics;
 pub mod outcomes;
 pub mod tracing;

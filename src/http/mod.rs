@@ -1,4 +1,7 @@
-//! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes).
+//! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes); CPU profiles on
+//! their own address when enabled.
+
+pub mod pprof;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

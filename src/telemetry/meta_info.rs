@@ -1,0 +1,67 @@
+//! Reloader's `reloader-meta-info` ConfigMap: build info, options and deployment info, published
+//! in `RELOADER_NAMESPACE` at start so tooling that reads it keeps working.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::config::Flags;
+
+pub const CONFIGMAP_NAME: &str = "reloader-meta-info";
+
+pub struct MetaInfo {
+    namespace: String,
+    deployment: String,
+    options: serde_json::Value,
+}
+
+impl MetaInfo {
+    /// `None` unless `RELOADER_NAMESPACE` is set (as in Reloader).
+    pub fn from_flags(flags: &Flags) -> Option<MetaInfo> {
+        let namespace = std::env::var("RELOADER_NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty())?;
+        Some(MetaInfo {
+            namespace,
+            deployment: std::env::var("RELOADER_DEPLOYMENT_NAME").unwrap_or_default(),
+            options: serde_json::to_value(flags).unwrap_or_default(),
+        })
+    }
+
+    pub fn configmap(&self) -> serde_json::Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": CONFIGMAP_NAME,
+                "namespace": self.namespace,
+                "labels": {"reloader.stakater.com/meta-info": "reloader-oss"}
+            },
+            "data": {
+                "buildInfo": json!({
+                    "rustVersion": env!("CARGO_PKG_RUST_VERSION"),
+                    "releaseVersion": env!("CARGO_PKG_VERSION"),
+                    "commitHash": option_env!("KUBE_RELOADER_COMMIT").unwrap_or("unknown"),
+                }).to_string(),
+                "reloaderOptions": self.options.to_string(),
+                "deploymentInfo": json!({"name": self.deployment, "namespace": self.namespace}).to_string(),
+            }
+        })
+    }
+
+    /// Creates or updates the ConfigMap; a failure is logged, never fatal.
+    pub async fn publish(&self, client: &Client) {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &self.namespace);
+        let params = PatchParams::apply("kube-reloader").force();
+        match api
+            .patch(CONFIGMAP_NAME, &params, &Patch::Apply(self.configmap()))
+            .await
+        {
+            Ok(_) => tracing::info!(namespace = %self.namespace, "published {CONFIGMAP_NAME}"),
+            Err(e) => {
+                tracing::warn!(namespace = %self.namespace, error = %e, "could not publish {CONFIGMAP_NAME}")
+            }
+        }
+    }
+}
