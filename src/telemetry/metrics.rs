@@ -360,6 +360,18 @@ impl WatchObserver for Arc<Metrics> {
     }
 }
 
+impl crate::telemetry::api_requests::RequestSink for Metrics {
+    fn request(&self, verb: &'static str, resource: &str, code: u16) {
+        self.api_requests
+            .get_or_create(&ApiRequestLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,17 +386,5 @@ mod tests {
         );
         assert!(text.contains("reloader_reload_executed_total{success=\"false\"} 0"));
         assert!(text.contains("kube_reloader_index_workloads 0"));
-    }
-}
-
-impl crate::telemetry::api_requests::RequestSink for Metrics {
-    fn request(&self, verb: &'static str, resource: &str, code: u16) {
-        self.api_requests
-            .get_or_create(&ApiRequestLabels {
-                verb: verb.to_string(),
-                resource: resource.to_string(),
-                code: code.to_string(),
-            })
-            .inc();
     }
 }

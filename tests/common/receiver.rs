@@ -66,7 +66,6 @@ impl Receiver {
                         match reply {
                             Reply::Hang => {
                                 tokio::time::sleep(Duration::from_secs(3600)).await;
-                                return;
                             }
                             Reply::Status(code) => {
                                 let response = format!(
