@@ -458,3 +458,56 @@ async fn meta_info_configmap_and_profiles_on_their_own_port() {
     .unwrap();
     assert_eq!(code, 404, "profiles must not be served on the metrics port");
 }
+
+/// Every metric the Grafana dashboard queries exists on the real endpoint.
+#[tokio::test]
+async fn every_dashboard_metric_is_exposed() {
+    let ns = setup("telemetry-dashboard").await;
+    let controller = Controller::start(&[&format!("--namespaces={}", ns.name)]).await;
+    change_and_wait(&ns, "v2").await;
+    let exposition = controller.metrics().await;
+    let declared: Vec<&str> = exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deployments/grafana/kube-reloader-dashboard.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            p["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["expr"].as_str().unwrap().to_string())
+        })
+        .collect();
+    assert!(exprs.len() >= 10);
+    let mut checked = 0;
+    for expr in &exprs {
+        for token in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !(token.starts_with("reloader_") || token.starts_with("kube_reloader_")) {
+                continue;
+            }
+            let family = ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| token.strip_suffix(s))
+                .unwrap_or(token);
+            assert!(
+                declared.contains(&family) || declared.contains(&token),
+                "the dashboard queries {token}, which /metrics does not expose"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14, "only {checked} metric references found");
+}

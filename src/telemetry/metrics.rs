@@ -124,7 +124,33 @@ impl Metrics {
             owned_namespaces: Gauge::default(),
             api_requests: Family::default(),
         };
-        // Both label values exist from the start, as in Reloader, so rate() works at once.
+        // Series exist from the start (Reloader does this for success="true|false"), so rate()
+        // and dashboards work before the first event of each kind.
+        for t in ["conflict", "transient", "permanent"] {
+            let _ = m.errors.get_or_create(&TypeLabel { r#type: t.into() });
+        }
+        for r in [
+            "ignored_workload_type",
+            "config_ignored",
+            "excluded",
+            "not_referenced",
+            "not_opted_in",
+        ] {
+            let _ = m.skipped.get_or_create(&Reason { reason: r.into() });
+        }
+        for r in [
+            "configmap",
+            "secret",
+            "secretproviderclasspodstatus",
+            "namespace",
+        ]
+        .into_iter()
+        .chain(crate::model::WorkloadKind::ALL.iter().map(|k| k.as_str()))
+        {
+            let _ = m
+                .watch_restarts
+                .get_or_create(&ResourceLabel { resource: r.into() });
+        }
         for s in ["true", "false"] {
             let _ = m.reloaded.get_or_create(&Success { success: s.into() });
         }
