@@ -15,11 +15,13 @@ use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue};
-use crate::shard::Ownership;
+use crate::shard::coordinator::Coordinator;
+use crate::shard::{Ownership, ShardState};
 use crate::telemetry::api_requests::CountRequestsLayer;
 use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
+use crate::watch::ShardLink;
 use crate::watch::WatchContext;
 
 /// How long in-flight writes may take to finish on SIGTERM.
@@ -76,19 +78,43 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .with_layer(&CountRequestsLayer::new(metrics.clone()))
         .build();
     detect_openshift(&client, &mut settings).await;
-    if settings.enable_ha {
-        warn!("--enable-ha: leader election is not implemented yet; this replica acts alone");
-    }
     let settings = Arc::new(settings);
     if let Some(meta_info) = meta_info {
         meta_info.publish(&client).await;
     }
     let pod_name = std::env::var("POD_NAME").ok();
 
-    let ownership = Arc::new(Ownership::new(
-        settings.namespaces_to_ignore.clone(),
-        settings.namespace_selector.is_some(),
-    ));
+    let ownership = Arc::new(match &settings.shard {
+        Some(shard) => Ownership::sharded(
+            settings.namespaces_to_ignore.clone(),
+            Arc::new(ShardState::new(shard.me.clone(), shard.renew_deadline)),
+        ),
+        None => Ownership::new(
+            settings.namespaces_to_ignore.clone(),
+            settings.namespace_selector.is_some(),
+        ),
+    });
+    let (coordinator, shard_link) = match &settings.shard {
+        Some(shard) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let coordinator =
+                Coordinator::new(client.clone(), shard.clone(), ownership.clone(), tx);
+            info!(
+                me = %shard.me,
+                namespace = %shard.namespace,
+                mode = if shard.sharding { "sharding" } else { "leader-only (--enable-ha)" },
+                "joining the replica set"
+            );
+            (
+                Some(coordinator.clone()),
+                Some(ShardLink {
+                    coordinator,
+                    changes: rx,
+                }),
+            )
+        }
+        None => (None, None),
+    };
     let index = Arc::new(ReverseIndex::new());
     let events = EventSink::new(client.clone(), pod_name.clone());
     let pauses = PauseKeeper::new(
@@ -152,7 +178,11 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             }
         });
     }
-    let mut watching = tokio::spawn(watches.run());
+    let mut watching = tokio::spawn(watches.run(shard_link));
+    let mut coordinating = match &coordinator {
+        Some(c) => tokio::spawn(c.clone().run()),
+        None => tokio::spawn(std::future::pending()),
+    };
 
     // A critical task ending means the controller can no longer do its job: exit non-zero.
     tokio::select! {
@@ -164,12 +194,22 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         r = &mut admin_server => {
             anyhow::bail!("admin endpoint stopped: {r:?}");
         }
+        r = &mut coordinating => {
+            let e = r.map_err(anyhow::Error::from).and_then(|r| r).err();
+            error!(error = ?e, "the shard coordinator stopped");
+            anyhow::bail!("the shard coordinator stopped: {e:?}");
+        }
         _ = shutdown_signal() => {
             info!("shutting down: no new work, finishing in-flight writes");
             watching.abort();
             let drained = engine.queue().drain(DRAIN_DEADLINE).await;
             if !drained {
                 warn!(left = engine.queue().depth(), "writes still pending at the shutdown deadline");
+            }
+            // Leave the replica set so the others take over now, not after the Lease expires.
+            coordinating.abort();
+            if let Some(c) = &coordinator {
+                c.shutdown().await;
             }
         }
     }

@@ -143,6 +143,32 @@ pub struct Flags {
     #[arg(long, default_value_t = 100)]
     pub patch_burst: u32,
 
+    /// Split namespaces over all live replicas (each replica acts on its share). Needs POD_NAME
+    /// and POD_NAMESPACE. Without it, --enable-ha makes one leader act on everything (Reloader).
+    #[arg(long, env = "SHARDING", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub sharding: bool,
+
+    /// How long a membership or leader Lease lives without renewal (Go duration).
+    #[arg(long, default_value = "15s")]
+    pub lease_duration: String,
+
+    /// A replica that could not renew its Lease for this long stops writing (before the Lease
+    /// expires and another replica takes over, leaving room for clock skew).
+    #[arg(long, default_value = "10s")]
+    pub renew_deadline: String,
+
+    /// How often Leases are renewed and leadership is tried.
+    #[arg(long, default_value = "2s")]
+    pub retry_period: String,
+
+    /// This replica's identity (the pod name, from the downward API).
+    #[arg(long = "pod-name", env = "POD_NAME", hide = true)]
+    pub pod_name: Option<String>,
+
+    /// Where Leases and the shard assignment live (the pod's namespace).
+    #[arg(long = "pod-namespace", env = "POD_NAMESPACE", hide = true)]
+    pub pod_namespace: Option<String>,
+
     /// Threads hashing config payloads (0: half the CPUs).
     #[arg(long, default_value_t = 0)]
     pub digest_workers: usize,

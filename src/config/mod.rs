@@ -77,6 +77,8 @@ pub struct Settings {
     pub max_patches_per_second: u32,
     pub patch_burst: u32,
     pub digest_workers: usize,
+    /// Leases and shard assignment, with `--sharding` or `--enable-ha`.
+    pub shard: Option<crate::shard::coordinator::ShardSettings>,
 }
 
 impl Settings {
@@ -188,6 +190,66 @@ impl TryFrom<Flags> for Settings {
         let min_reload_interval = crate::policy::parse_go_duration(&f.min_reload_interval)
             .map_err(|e| invalid("min-reload-interval", e.to_string()))?;
 
+        let shard = if f.sharding || f.enable_ha {
+            let flag = if f.sharding { "sharding" } else { "enable-ha" };
+            let me = f
+                .pod_name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    invalid(
+                        flag,
+                        "needs POD_NAME (the replica's identity) in the environment",
+                    )
+                })?;
+            let namespace = f
+                .pod_namespace
+                .clone()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    invalid(
+                        flag,
+                        "needs POD_NAMESPACE (where the Leases live) in the environment",
+                    )
+                })?;
+            let duration = |name: &'static str, v: &str| {
+                crate::policy::parse_go_duration(v)
+                    .map_err(|e| invalid(name, e.to_string()))
+                    .and_then(|d| {
+                        if d.is_zero() {
+                            Err(invalid(name, "must be positive"))
+                        } else {
+                            Ok(d)
+                        }
+                    })
+            };
+            let lease_duration = duration("lease-duration", &f.lease_duration)?;
+            let renew_deadline = duration("renew-deadline", &f.renew_deadline)?;
+            let retry_period = duration("retry-period", &f.retry_period)?;
+            if renew_deadline >= lease_duration {
+                return Err(invalid(
+                    "renew-deadline",
+                    "must be shorter than --lease-duration",
+                ));
+            }
+            if retry_period >= renew_deadline {
+                return Err(invalid(
+                    "retry-period",
+                    "must be shorter than --renew-deadline",
+                ));
+            }
+            Some(crate::shard::coordinator::ShardSettings {
+                namespace,
+                me,
+                sharding: f.sharding,
+                lease_duration,
+                renew_deadline,
+                retry_period,
+            })
+        } else {
+            None
+        };
+
         Ok(Settings {
             keys: AnnotationKeys::from_flags(&f),
             auto_reload_all: f.auto_reload_all,
@@ -210,6 +272,7 @@ impl TryFrom<Flags> for Settings {
             max_patches_per_second: f.max_patches_per_second,
             patch_burst: f.patch_burst,
             digest_workers: f.digest_workers,
+            shard,
         })
     }
 }
@@ -276,6 +339,25 @@ mod tests {
     fn namespaces_scope() {
         let s = settings(&["--namespaces", "a, b"]).unwrap();
         assert_eq!(s.scope, NamespaceScope::Only(vec!["a".into(), "b".into()]));
+    }
+
+    #[test]
+    fn sharding_needs_identity_and_sane_timings() {
+        // SAFETY-free: the flags are passed explicitly, no environment is read for these.
+        let err = settings(&["--sharding"]).unwrap_err();
+        assert!(err.to_string().contains("POD_NAME"), "{err}");
+        let s = settings(&["--sharding", "--pod-name=r0", "--pod-namespace=ops"]).unwrap();
+        let shard = s.shard.unwrap();
+        assert_eq!(shard.lease_duration, Duration::from_secs(15));
+        assert!(shard.sharding);
+        let err = settings(&[
+            "--enable-ha",
+            "--pod-name=r0",
+            "--pod-namespace=ops",
+            "--renew-deadline=20s",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--renew-deadline"), "{err}");
     }
 
     #[test]

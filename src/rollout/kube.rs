@@ -124,6 +124,13 @@ impl KubeWriter {
         if !self.ownership.owns(&key.namespace) {
             return Ok(WriteOutcome::Dropped("namespace not owned"));
         }
+        // Fenced (membership not renewed in time): hold the write; it goes out once this replica
+        // is a member again and still owns the namespace, or is dropped if it moved.
+        if !self.ownership.may_write() {
+            return Err(WriteError::Transient(
+                "fenced: membership Lease not renewed".into(),
+            ));
+        }
         let api = self.api(key);
         let object = match api.get_opt(&key.name).await.map_err(classify)? {
             Some(o) => o,

@@ -100,14 +100,25 @@ where
     }
 
     /// Runs every watch until one of them ends for good (which is a bug: the caller exits).
-    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+    pub async fn run(self: Arc<Self>, shard: Option<ShardLink>) -> anyhow::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
-        if self.settings.namespace_selector.is_some() {
+        if self.engine.ownership.uses_selector() {
             let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
             tasks.spawn(namespaces::run(self.clone(), synced_tx));
             let _ = synced_rx.await;
             info!("namespace selection synced");
         }
+        // With shards, the first lists must already know which namespaces are ours.
+        let start_generation = match &shard {
+            Some(link) => {
+                info!("waiting for the first shard assignment");
+                link.coordinator.wait_for_assignment().await;
+                let generation = self.current_generation();
+                info!(generation, "shard assignment known");
+                generation
+            }
+            None => 0,
+        };
         let workloads_synced = workloads::spawn_all(&self, &mut tasks);
         workloads_synced.wait().await;
         info!("workloads synced");
@@ -118,11 +129,65 @@ where
         self.ready.store(true, Ordering::Release);
         self.ready_notify.notify_waiters();
         info!("ready");
+        if let Some(link) = shard {
+            link.coordinator.synced(start_generation);
+            let ctx = self.clone();
+            tasks.spawn(async move { ctx.follow_assignment(link, start_generation).await });
+        }
         match tasks.join_next().await {
             Some(Ok(Ok(()))) | None => anyhow::bail!("a watch ended unexpectedly"),
             Some(Ok(Err(e))) => Err(e),
             Some(Err(e)) => Err(e.into()),
         }
+    }
+}
+
+/// What the watches need from the shard coordinator.
+pub struct ShardLink {
+    pub coordinator: Arc<crate::shard::coordinator::Coordinator>,
+    pub changes: tokio::sync::mpsc::UnboundedReceiver<crate::shard::coordinator::OwnershipChange>,
+}
+
+impl<W, O, C, M> WatchContext<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    fn current_generation(&self) -> u64 {
+        self.engine
+            .ownership
+            .shard()
+            .and_then(|s| s.view().current.map(|a| a.generation))
+            .unwrap_or(0)
+    }
+
+    /// Indexes namespaces this replica gains and forgets those it loses, then reports the
+    /// generation as synced (the previous owners let go only after that).
+    async fn follow_assignment(
+        self: Arc<Self>,
+        mut link: ShardLink,
+        start_generation: u64,
+    ) -> anyhow::Result<()> {
+        while let Some(change) = link.changes.recv().await {
+            // Gains up to the start generation were covered by the first lists.
+            if change.generation > start_generation {
+                for ns in &change.entered {
+                    if self.engine.ownership.owns(ns) {
+                        self.namespace_entered(ns).await;
+                    }
+                }
+            }
+            for ns in &change.left {
+                if !self.engine.ownership.owns(ns) {
+                    info!(namespace = %ns, "namespace moved to another replica, forgetting it");
+                    self.engine.index.drop_namespace(ns);
+                }
+            }
+            link.coordinator.synced(change.generation);
+        }
+        anyhow::bail!("the shard coordinator stopped")
     }
 }
 

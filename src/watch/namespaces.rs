@@ -51,13 +51,16 @@ where
                 if let Some(seen) = relisting.as_mut() {
                     seen.insert(name.clone());
                 }
-                if ctx.engine.ownership.select(&name) && synced.is_none() {
+                if ctx.engine.ownership.select(&name)
+                    && synced.is_none()
+                    && ctx.engine.ownership.owns(&name)
+                {
                     ctx.namespace_entered(&name).await;
                 }
             }
             Ok(watcher::Event::Apply(ns)) => {
                 let name = ns.name_any();
-                if ctx.engine.ownership.select(&name) {
+                if ctx.engine.ownership.select(&name) && ctx.engine.ownership.owns(&name) {
                     ctx.namespace_entered(&name).await;
                 }
             }
@@ -96,7 +99,7 @@ where
     }
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
-    async fn namespace_entered(&self, namespace: &str) {
+    pub(super) async fn namespace_entered(&self, namespace: &str) {
         info!(namespace, "namespace entered the selection, indexing it");
         for kind in WorkloadKind::ALL
             .into_iter()

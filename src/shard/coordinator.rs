@@ -1,0 +1,351 @@
+//! Runs the shard protocol for one replica:
+//! - membership: renew this replica's Lease every retry period (fencing follows from it);
+//! - leadership: every replica campaigns for `stakater-reloader-lock`; the leader publishes the
+//!   assignment (live members with sharding, or only itself with plain `--enable-ha`) with an
+//!   increasing generation in a ConfigMap every replica watches;
+//! - handover: on a new generation, namespaces gained are indexed (the watch side reports the
+//!   generation synced in the membership Lease) while the previous owners keep acting; once every
+//!   member has synced the generation, the previous assignment is dropped and lost namespaces are
+//!   forgotten. Overlap is safe because writes are idempotent and guarded by resourceVersion.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use super::lease::{self, Member};
+use super::{Assignment, Ownership, ShardState, ShardView};
+
+pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";
+
+#[derive(Debug, Clone)]
+pub struct ShardSettings {
+    pub namespace: String,
+    pub me: String,
+    /// Split namespaces over all live replicas; false: plain `--enable-ha` (the leader does all).
+    pub sharding: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// Namespaces this replica must start or stop indexing, for an assignment generation.
+#[derive(Debug, Clone, Default)]
+pub struct OwnershipChange {
+    pub generation: u64,
+    pub entered: Vec<String>,
+    pub left: Vec<String>,
+}
+
+pub struct Coordinator {
+    client: Client,
+    settings: ShardSettings,
+    ownership: Arc<Ownership>,
+    state: Arc<ShardState>,
+    changes: mpsc::UnboundedSender<OwnershipChange>,
+    /// The generation whose gained namespaces are fully indexed here.
+    synced: Arc<AtomicU64>,
+    first_assignment: watch::Sender<bool>,
+    leader: std::sync::atomic::AtomicBool,
+}
+
+impl Coordinator {
+    pub fn new(
+        client: Client,
+        settings: ShardSettings,
+        ownership: Arc<Ownership>,
+        changes: mpsc::UnboundedSender<OwnershipChange>,
+    ) -> Arc<Self> {
+        let state = ownership.shard().expect("a sharded Ownership").clone();
+        Arc::new(Self {
+            client,
+            settings,
+            ownership,
+            state,
+            changes,
+            synced: Arc::new(AtomicU64::new(0)),
+            first_assignment: watch::channel(false).0,
+            leader: Default::default(),
+        })
+    }
+
+    fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    fn configmaps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// The watch side reports that everything gained in `generation` is indexed.
+    pub fn synced(&self, generation: u64) {
+        self.synced.fetch_max(generation, Ordering::AcqRel);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::Acquire)
+    }
+
+    /// Resolves once a first assignment is known (start-up waits for it, so the first list
+    /// indexes exactly the owned namespaces).
+    pub async fn wait_for_assignment(&self) {
+        let mut rx = self.first_assignment.subscribe();
+        let _ = rx.wait_for(|known| *known).await;
+    }
+
+    /// Runs every loop until one fails for good (the caller exits the process).
+    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(self.clone().membership_loop());
+        tasks.spawn(self.clone().leader_loop());
+        tasks.spawn(self.clone().assignment_watch());
+        tasks.spawn(self.clone().handover_loop());
+        match tasks.join_next().await {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Graceful exit: leave the membership and resign, so others take over at once.
+    pub async fn shutdown(&self) {
+        self.state.fence();
+        lease::leave(&self.leases(), &self.settings.me).await;
+        lease::resign(&self.leases(), &self.settings.me).await;
+    }
+
+    async fn membership_loop(self: Arc<Self>) -> anyhow::Result<()> {
+        let duration = self.settings.lease_duration.as_secs().max(1) as i32;
+        let mut last_ok: Option<Instant> = None;
+        loop {
+            let synced = self.synced.load(Ordering::Acquire);
+            match lease::renew_member(&self.leases(), &self.settings.me, duration, synced).await {
+                Ok(()) => {
+                    // Back from the dead (a pause longer than the Lease): our namespaces may have
+                    // moved. Re-read the assignment before writing anything again.
+                    let was_dead =
+                        last_ok.is_none_or(|t| t.elapsed() >= self.settings.lease_duration);
+                    if was_dead && last_ok.is_some() {
+                        warn!(
+                            "membership had expired; re-reading the assignment before writing again"
+                        );
+                        if let Err(e) = self.refresh_assignment().await {
+                            warn!(error = %e, "could not re-read the assignment; staying fenced");
+                            tokio::time::sleep(self.settings.retry_period).await;
+                            continue;
+                        }
+                    }
+                    last_ok = Some(Instant::now());
+                    self.state.renewed();
+                }
+                Err(e) => warn!(error = %e, "could not renew the membership Lease"),
+            }
+            tokio::time::sleep(self.settings.retry_period).await;
+        }
+    }
+
+    async fn leader_loop(self: Arc<Self>) -> anyhow::Result<()> {
+        let duration = self.settings.lease_duration.as_secs().max(1) as i32;
+        loop {
+            match lease::try_lead(&self.leases(), &self.settings.me, duration).await {
+                Ok(true) => {
+                    if !self.leader.swap(true, Ordering::AcqRel) {
+                        info!(lease = lease::LEADER_LEASE, "became the leader");
+                    }
+                    if let Err(e) = self.publish_assignment().await {
+                        warn!(error = %e, "could not publish the shard assignment");
+                    }
+                }
+                Ok(false) => {
+                    if self.leader.swap(false, Ordering::AcqRel) {
+                        warn!("lost leadership");
+                    }
+                }
+                Err(e) => warn!(error = %e, "leader election round failed"),
+            }
+            tokio::time::sleep(self.settings.retry_period).await;
+        }
+    }
+
+    /// The members the assignment should hold now.
+    fn desired_members(&self, members: &[Member]) -> Vec<String> {
+        if !self.settings.sharding {
+            return vec![self.settings.me.clone()];
+        }
+        let mut live: BTreeSet<String> = members
+            .iter()
+            .filter(|m| m.live)
+            .map(|m| m.identity.clone())
+            .collect();
+        // The leader renews its own membership; count it even if its Lease is a tick behind.
+        live.insert(self.settings.me.clone());
+        live.into_iter().collect()
+    }
+
+    async fn publish_assignment(&self) -> anyhow::Result<()> {
+        let members = lease::members(&self.leases()).await?;
+        let desired = self.desired_members(&members);
+        let current = self.read_assignment().await?;
+        if current.as_ref().is_some_and(|a| a.members == desired) {
+            return Ok(());
+        }
+        let next = Assignment {
+            generation: current.map_or(1, |a| a.generation + 1),
+            members: desired,
+        };
+        let cm = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": ASSIGNMENT_CONFIGMAP},
+            "data": {"assignment": serde_json::to_string(&next)?}
+        });
+        self.configmaps()
+            .patch(
+                ASSIGNMENT_CONFIGMAP,
+                &PatchParams::apply("kube-reloader").force(),
+                &Patch::Apply(cm),
+            )
+            .await?;
+        info!(generation = next.generation, members = ?next.members, "published the shard assignment");
+        Ok(())
+    }
+
+    async fn read_assignment(&self) -> anyhow::Result<Option<Assignment>> {
+        let cm = self.configmaps().get_opt(ASSIGNMENT_CONFIGMAP).await?;
+        Ok(cm.and_then(|cm| parse_assignment(&cm)))
+    }
+
+    async fn refresh_assignment(&self) -> anyhow::Result<()> {
+        if let Some(a) = self.read_assignment().await? {
+            self.apply_assignment(a);
+        }
+        Ok(())
+    }
+
+    async fn assignment_watch(self: Arc<Self>) -> anyhow::Result<()> {
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={ASSIGNMENT_CONFIGMAP}"));
+        let mut stream = watcher(self.configmaps(), config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(cm) => {
+                    if let Some(a) = parse_assignment(&cm) {
+                        self.apply_assignment(a);
+                    }
+                }
+                Err(e) => warn!(error = %e, "assignment watch failed, retrying"),
+            }
+        }
+        anyhow::bail!("the assignment watch ended")
+    }
+
+    /// Installs a newer assignment and tells the watch side what to index and forget.
+    fn apply_assignment(&self, next: Assignment) {
+        let view = self.state.view();
+        if view
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation >= next.generation)
+        {
+            return;
+        }
+        let before = self.owned_now();
+        let next = Arc::new(next);
+        // Keep acting on what the old assignment gave us until the handover completes.
+        let previous = view.current.clone();
+        self.state.set_view(ShardView {
+            current: Some(next.clone()),
+            previous,
+        });
+        let after = self.owned_now();
+        let change = OwnershipChange {
+            generation: next.generation,
+            entered: after.difference(&before).cloned().collect(),
+            left: before.difference(&after).cloned().collect(),
+        };
+        info!(
+            generation = next.generation,
+            members = next.members.len(),
+            gained = change.entered.len(),
+            "new shard assignment"
+        );
+        let _ = self.changes.send(change);
+        self.first_assignment.send_replace(true);
+    }
+
+    fn owned_now(&self) -> BTreeSet<String> {
+        self.ownership
+            .selected_namespaces()
+            .iter()
+            .filter(|ns| self.ownership.owns(ns))
+            .map(|ns| ns.to_string())
+            .collect()
+    }
+
+    /// Drops the previous assignment once every member of the current one has synced it.
+    async fn handover_loop(self: Arc<Self>) -> anyhow::Result<()> {
+        loop {
+            tokio::time::sleep(self.settings.retry_period / 2).await;
+            let view = self.state.view();
+            let (Some(current), Some(_)) = (view.current.clone(), view.previous.as_ref()) else {
+                continue;
+            };
+            let members = match lease::members(&self.leases()).await {
+                Ok(m) => m,
+                Err(e) => {
+                    debug!(error = %e, "listing members for the handover failed");
+                    continue;
+                }
+            };
+            let synced_by_all = current.members.iter().all(|id| {
+                members
+                    .iter()
+                    .any(|m| &m.identity == id && m.synced_generation >= current.generation)
+            });
+            if !synced_by_all {
+                continue;
+            }
+            let before = self.owned_now();
+            self.state.set_view(ShardView {
+                current: Some(current.clone()),
+                previous: None,
+            });
+            let after = self.owned_now();
+            let left: Vec<String> = before.difference(&after).cloned().collect();
+            info!(
+                generation = current.generation,
+                released = left.len(),
+                "handover complete"
+            );
+            let _ = self.changes.send(OwnershipChange {
+                generation: current.generation,
+                entered: vec![],
+                left,
+            });
+        }
+    }
+}
+
+fn parse_assignment(cm: &ConfigMap) -> Option<Assignment> {
+    let raw = cm.data.as_ref()?.get("assignment")?;
+    match serde_json::from_str(raw) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            warn!(error = %e, "the shard assignment ConfigMap is not readable");
+            None
+        }
+    }
+}

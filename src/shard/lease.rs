@@ -1,0 +1,171 @@
+//! Lease primitives: one membership Lease per replica (renewed on a timer, carrying the
+//! generation this replica has synced), and leader election on `stakater-reloader-lock`
+//! (Reloader's name, so `--enable-ha` keeps its meaning). Optimistic concurrency on the Lease's
+//! resourceVersion makes the API server the only arbiter.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+pub const LEADER_LEASE: &str = "stakater-reloader-lock";
+pub const MEMBER_LABEL: &str = "kube-reloader.io/member";
+pub const SYNCED_ANNOTATION: &str = "kube-reloader.io/synced-generation";
+const FIELD_MANAGER: &str = "kube-reloader";
+
+pub fn member_lease_name(me: &str) -> String {
+    format!("kube-reloader-member-{me}")
+}
+
+fn now() -> jiff::Timestamp {
+    jiff::Timestamp::now()
+}
+
+/// Renews (or creates) this replica's membership Lease.
+pub async fn renew_member(
+    api: &Api<Lease>,
+    me: &str,
+    duration_secs: i32,
+    synced_generation: u64,
+) -> Result<(), kube::Error> {
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": member_lease_name(me),
+            "labels": {MEMBER_LABEL: "true"},
+            "annotations": {SYNCED_ANNOTATION: synced_generation.to_string()}
+        },
+        "spec": {
+            "holderIdentity": me,
+            "leaseDurationSeconds": duration_secs,
+            "renewTime": micro_time(now()),
+        }
+    });
+    api.patch(
+        &member_lease_name(me),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(lease),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes this replica's membership (graceful shutdown: the leader reassigns at once).
+pub async fn leave(api: &Api<Lease>, me: &str) {
+    let _ = api
+        .delete(&member_lease_name(me), &DeleteParams::default())
+        .await;
+}
+
+/// A member as seen in its Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub identity: String,
+    pub live: bool,
+    pub synced_generation: u64,
+}
+
+/// Every member Lease, with liveness judged against this replica's clock.
+pub async fn members(api: &Api<Lease>) -> Result<Vec<Member>, kube::Error> {
+    let leases = api
+        .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true")))
+        .await?;
+    let now = now();
+    Ok(leases
+        .items
+        .into_iter()
+        .filter_map(|l| {
+            let spec = l.spec?;
+            let identity = spec.holder_identity?;
+            let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+            let renewed = spec.renew_time.map(|t| t.0)?;
+            let live = renewed.as_second() + duration > now.as_second();
+            let synced_generation = l
+                .metadata
+                .annotations
+                .and_then(|a| a.get(SYNCED_ANNOTATION).and_then(|g| g.parse().ok()))
+                .unwrap_or(0);
+            Some(Member {
+                identity,
+                live,
+                synced_generation,
+            })
+        })
+        .collect())
+}
+
+fn micro_time(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// One leader-election round: returns whether `me` holds the leader Lease afterwards.
+pub async fn try_lead(api: &Api<Lease>, me: &str, duration_secs: i32) -> Result<bool, kube::Error> {
+    let now = now();
+    let current = api.get_opt(LEADER_LEASE).await?;
+    let Some(lease) = current else {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": LEADER_LEASE},
+            "spec": {
+                "holderIdentity": me,
+                "leaseDurationSeconds": duration_secs,
+                "acquireTime": micro_time(now),
+                "renewTime": micro_time(now),
+                "leaseTransitions": 0
+            }
+        }))
+        .expect("a valid Lease");
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(duration_secs));
+    let expired = spec
+        .renew_time
+        .as_ref()
+        .is_none_or(|t| t.0.as_second() + duration <= now.as_second());
+    if holder != me && !holder.is_empty() && !expired {
+        return Ok(false);
+    }
+    let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder != me);
+    let mut next = lease.clone();
+    next.spec = Some(serde_json::from_value(json!({
+        "holderIdentity": me,
+        "leaseDurationSeconds": duration_secs,
+        "acquireTime": if holder == me { spec.acquire_time.map(|t| micro_time(t.0)).unwrap_or_else(|| micro_time(now)) } else { micro_time(now) },
+        "renewTime": micro_time(now),
+        "leaseTransitions": transitions
+    }))
+    .expect("a valid LeaseSpec"));
+    // `replace` carries the resourceVersion we read: a concurrent candidate gets 409.
+    match api
+        .replace(LEADER_LEASE, &PostParams::default(), &next)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives up leadership so another replica takes over without waiting for expiry.
+pub async fn resign(api: &Api<Lease>, me: &str) {
+    if let Ok(Some(mut lease)) = api.get_opt(LEADER_LEASE).await
+        && lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(me)
+    {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+        }
+        let _ = api
+            .replace(LEADER_LEASE, &PostParams::default(), &lease)
+            .await;
+    }
+}

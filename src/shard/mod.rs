@@ -1,0 +1,238 @@
+//! Which namespaces this replica acts on. Everything the engine keeps is keyed by namespace and
+//! filtered by [`Ownership::owns`]: not ignored, selected by the namespace selector (when set),
+//! and assigned to this replica by the shard assignment (when sharding or HA is on).
+//! Writes additionally need [`Ownership::may_write`]: a replica whose membership Lease is not
+//! fresh is fenced and writes nothing until it has renewed and re-read the assignment.
+
+mod assignment;
+pub mod coordinator;
+mod lease;
+pub mod ring;
+
+pub use assignment::Assignment;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use dashmap::DashSet;
+
+/// The assignments this replica acts on: the current one and, during a handover, the previous
+/// one (the old owner keeps acting until the new owners have synced: overlap, never a gap).
+#[derive(Debug, Default, Clone)]
+pub struct ShardView {
+    pub current: Option<Arc<Assignment>>,
+    pub previous: Option<Arc<Assignment>>,
+}
+
+#[derive(Debug)]
+pub struct ShardState {
+    pub me: String,
+    view: RwLock<ShardView>,
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last successful membership renewal.
+    last_renew_ms: AtomicU64,
+    /// Past this without a renewal the replica is fenced (shorter than the Lease duration, so it
+    /// stops before anyone else can take over its namespaces).
+    renew_deadline: Duration,
+}
+
+impl ShardState {
+    pub fn new(me: String, renew_deadline: Duration) -> Self {
+        Self {
+            me,
+            view: RwLock::new(ShardView::default()),
+            epoch: Instant::now(),
+            last_renew_ms: AtomicU64::new(0),
+            renew_deadline,
+        }
+    }
+
+    fn assigned(&self, namespace: &str) -> bool {
+        let view = self.view.read().expect("shard view lock");
+        [&view.current, &view.previous]
+            .into_iter()
+            .flatten()
+            .any(|a| a.owner(namespace) == Some(self.me.as_str()))
+    }
+
+    pub fn view(&self) -> ShardView {
+        self.view.read().expect("shard view lock").clone()
+    }
+
+    pub fn set_view(&self, view: ShardView) {
+        *self.view.write().expect("shard view lock") = view;
+    }
+
+    pub fn renewed(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_renew_ms.store(ms.max(1), Ordering::Release);
+    }
+
+    /// Forgets the last renewal: writes stop until the next one.
+    pub fn fence(&self) {
+        self.last_renew_ms.store(0, Ordering::Release);
+    }
+
+    pub fn fresh(&self) -> bool {
+        let last = self.last_renew_ms.load(Ordering::Acquire);
+        last > 0
+            && self
+                .epoch
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last))
+                < self.renew_deadline
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Ownership {
+    ignored: HashSet<String>,
+    /// `Some` when a namespace watch decides the universe (a selector, or sharding): the
+    /// namespaces that exist and are selected.
+    selected: Option<DashSet<Arc<str>, ahash::RandomState>>,
+    shard: Option<Arc<ShardState>>,
+}
+
+impl Ownership {
+    pub fn new(ignored: impl IntoIterator<Item = String>, selector_active: bool) -> Self {
+        Self {
+            ignored: ignored.into_iter().collect(),
+            selected: selector_active.then(DashSet::default),
+            shard: None,
+        }
+    }
+
+    /// With sharding the namespace universe is always watched.
+    pub fn sharded(ignored: impl IntoIterator<Item = String>, shard: Arc<ShardState>) -> Self {
+        Self {
+            ignored: ignored.into_iter().collect(),
+            selected: Some(DashSet::default()),
+            shard: Some(shard),
+        }
+    }
+
+    /// Namespace-level filter: selected and assigned to this replica (fencing aside).
+    pub fn owns(&self, namespace: &str) -> bool {
+        self.selects(namespace) && self.shard.as_ref().is_none_or(|s| s.assigned(namespace))
+    }
+
+    /// Selected, whatever the shard assignment says.
+    pub fn selects(&self, namespace: &str) -> bool {
+        !self.ignored.contains(namespace)
+            && self.selected.as_ref().is_none_or(|s| s.contains(namespace))
+    }
+
+    /// False while fenced: a replica that could not renew its membership writes nothing.
+    pub fn may_write(&self) -> bool {
+        self.shard.as_ref().is_none_or(|s| s.fresh())
+    }
+
+    pub fn shard(&self) -> Option<&Arc<ShardState>> {
+        self.shard.as_ref()
+    }
+
+    /// The namespace watch selects `namespace`; true if that is news.
+    pub fn select(&self, namespace: &str) -> bool {
+        self.selected
+            .as_ref()
+            .is_some_and(|s| s.insert(Arc::from(namespace)))
+    }
+
+    /// The namespace watch no longer selects `namespace`; true if that is news.
+    pub fn unselect(&self, namespace: &str) -> bool {
+        self.selected
+            .as_ref()
+            .is_some_and(|s| s.remove(namespace).is_some())
+    }
+
+    /// True when a namespace watch has to run (selector or sharding).
+    pub fn uses_selector(&self) -> bool {
+        self.selected.is_some()
+    }
+
+    /// Selected namespaces (empty when every namespace is selected implicitly).
+    pub fn selected_namespaces(&self) -> Vec<Arc<str>> {
+        self.selected
+            .as_ref()
+            .map(|s| s.iter().map(|n| n.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Namespaces this replica acts on, when that is a known set.
+    pub fn owned_count(&self) -> Option<usize> {
+        let selected = self.selected.as_ref()?;
+        Some(selected.iter().filter(|ns| self.owns(ns)).count())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignore_and_selector() {
+        let o = Ownership::new(["kube-system".to_string()], false);
+        assert!(o.owns("a") && !o.owns("kube-system"));
+        let o = Ownership::new(Vec::new(), true);
+        assert!(!o.owns("a"));
+        assert!(o.select("a") && !o.select("a"));
+        assert!(o.owns("a"));
+        assert!(o.unselect("a") && !o.owns("a"));
+    }
+
+    #[test]
+    fn shard_assignment_and_handover_overlap() {
+        let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
+        let o = Ownership::sharded(Vec::new(), me.clone());
+        let namespaces: Vec<String> = (0..50).map(|i| format!("ns-{i}")).collect();
+        for ns in &namespaces {
+            o.select(ns);
+        }
+        assert!(
+            namespaces.iter().all(|ns| !o.owns(ns)),
+            "no assignment yet: owns nothing"
+        );
+        let solo = Arc::new(Assignment {
+            generation: 1,
+            members: vec!["r0".into()],
+        });
+        me.set_view(ShardView {
+            current: Some(solo.clone()),
+            previous: None,
+        });
+        assert!(namespaces.iter().all(|ns| o.owns(ns)));
+        let pair = Arc::new(Assignment {
+            generation: 2,
+            members: vec!["r0".into(), "r1".into()],
+        });
+        me.set_view(ShardView {
+            current: Some(pair.clone()),
+            previous: Some(solo),
+        });
+        assert!(
+            namespaces.iter().all(|ns| o.owns(ns)),
+            "during handover the old owner still acts"
+        );
+        me.set_view(ShardView {
+            current: Some(pair),
+            previous: None,
+        });
+        let mine = namespaces.iter().filter(|ns| o.owns(ns)).count();
+        assert!((10..40).contains(&mine), "{mine}");
+    }
+
+    #[test]
+    fn fencing() {
+        let me = ShardState::new("r0".into(), Duration::from_millis(50));
+        assert!(!me.fresh());
+        me.renewed();
+        assert!(me.fresh());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!me.fresh());
+        me.renewed();
+        me.fence();
+        assert!(!me.fresh());
+    }
+}
