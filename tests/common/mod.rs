@@ -144,6 +144,15 @@ impl Controller {
         Self::start_with_env(args, &[]).await
     }
 
+    /// Starts kube-reloader with another identity: `kubeconfig` instead of the admin one (e.g.
+    /// a ServiceAccount token, to prove the RBAC a mode needs is enough).
+    pub async fn start_as(kubeconfig: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let kubeconfig = kubeconfig.to_str().expect("a UTF-8 kubeconfig path");
+        let mut all = vec![("KUBECONFIG", kubeconfig)];
+        all.extend_from_slice(env);
+        Self::start_with_env(args, &all).await
+    }
+
     pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("kube-reloader-test-{port}.log"));
@@ -206,6 +215,23 @@ impl Controller {
         status
     }
 
+    /// Sends a signal (`KILL`, `STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// SIGKILL and reap (a crash).
+    pub fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::forget(self);
+    }
+
     /// `terminate` without blocking the test's runtime, which may be serving receivers the
     /// controller talks to while it shuts down (a current-thread runtime would deadlock).
     pub async fn stop(self) -> std::process::ExitStatus {
@@ -256,5 +282,6 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body))
 }
 pub mod crds;
+pub mod helm;
 pub mod objects;
 pub mod receiver;
