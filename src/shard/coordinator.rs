@@ -264,8 +264,10 @@ impl Coordinator {
         }
         let before = self.owned_now();
         let next = Arc::new(next);
-        // Keep acting on what the old assignment gave us until the handover completes.
-        let previous = view.current.clone();
+        // Keep acting on what the last completed assignment gave us until every member has synced
+        // the new one. If generations follow each other before a handover completes, the older,
+        // completed one stays: replacing it would leave namespaces with nobody acting on them.
+        let previous = view.previous.clone().or_else(|| view.current.clone());
         self.state.set_view(ShardView {
             current: Some(next.clone()),
             previous,

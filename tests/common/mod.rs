@@ -146,7 +146,11 @@ impl Controller {
 
     /// Starts kube-reloader with another identity: `kubeconfig` instead of the admin one (e.g.
     /// a ServiceAccount token, to prove the RBAC a mode needs is enough).
-    pub async fn start_as(kubeconfig: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub async fn start_as(
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let kubeconfig = kubeconfig.to_str().expect("a UTF-8 kubeconfig path");
         let mut all = vec![("KUBECONFIG", kubeconfig)];
         all.extend_from_slice(env);

@@ -1,0 +1,672 @@
+//! Scale-out against the real API server with several controller processes: namespaces are
+//! split by the published assignment, a new replica takes about 1/N, a crashed or paused replica's
+//! namespaces are served again without missed or duplicate reloads.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use common::objects::*;
+use common::{Controller, client, wait_for};
+use kube_reloader::shard::Assignment;
+
+/// Test timings: short Leases so failover fits in a test (the defaults are Reloader's 15/10/2 s).
+const LEASE: Duration = Duration::from_secs(4);
+const SHARD_FLAGS: [&str; 3] = [
+    "--lease-duration=4s",
+    "--renew-deadline=3s",
+    "--retry-period=1s",
+];
+
+/// A labelled set of namespaces plus the namespace holding the Leases, deleted together.
+struct Fleet {
+    client: Client,
+    run: String,
+    home: String,
+    namespaces: Vec<String>,
+}
+
+impl Fleet {
+    async fn new(tag: &str, count: usize) -> Fleet {
+        let client = client().await;
+        let run = format!(
+            "{tag}-{:x}",
+            std::process::id() ^ Instant::now().elapsed().subsec_nanos()
+        );
+        let api: Api<Namespace> = Api::all(client.clone());
+        let home = format!("{run}-home");
+        let mk = |name: String, labelled: bool| {
+            let labels = if labelled {
+                json!({"kr-shard-run": run})
+            } else {
+                json!({"kr-shard-home": run})
+            };
+            serde_json::from_value::<Namespace>(
+                json!({"metadata": {"name": name, "labels": labels}}),
+            )
+            .unwrap()
+        };
+        api.create(&PostParams::default(), &mk(home.clone(), false))
+            .await
+            .unwrap();
+        let namespaces: Vec<String> = (0..count).map(|i| format!("{run}-{i}")).collect();
+        futures::stream::iter(namespaces.clone())
+            .map(|ns| {
+                let api = api.clone();
+                let obj = mk(ns, true);
+                async move { api.create(&PostParams::default(), &obj).await.map(|_| ()) }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await
+            .unwrap();
+        Fleet {
+            client,
+            run,
+            home,
+            namespaces,
+        }
+    }
+
+    async fn replica(&self, name: &str, extra: &[&str]) -> Controller {
+        let mut args: Vec<String> = vec![
+            "--sharding".into(),
+            format!("--namespace-selector=kr-shard-run={}", self.run),
+        ];
+        args.extend(SHARD_FLAGS.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Controller::start_with_env(&args, &[("POD_NAME", name), ("POD_NAMESPACE", &self.home)])
+            .await
+    }
+
+    async fn assignment(&self) -> Option<Assignment> {
+        let cm = get(
+            &self.client,
+            &self.home,
+            "v1",
+            "ConfigMap",
+            "kube-reloader-shard-assignment",
+        )
+        .await?;
+        serde_json::from_str(cm["data"]["assignment"].as_str()?).ok()
+    }
+
+    async fn leader(&self) -> Option<String> {
+        let lease = get(
+            &self.client,
+            &self.home,
+            "coordination.k8s.io/v1",
+            "Lease",
+            "stakater-reloader-lock",
+        )
+        .await?;
+        lease["spec"]["holderIdentity"].as_str().map(String::from)
+    }
+
+    /// Waits until the assignment lists exactly `members`.
+    async fn wait_members(&self, members: &[&str], within: Duration) -> Assignment {
+        let mut want: Vec<String> = members.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        wait_for(&format!("an assignment of {want:?}"), within, || async {
+            match self.assignment().await {
+                Some(a) if a.members == want => Ok(a),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let names: Vec<String> = self
+            .namespaces
+            .iter()
+            .cloned()
+            .chain([self.home.clone()])
+            .collect();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let api: Api<Namespace> = Api::all(client().await);
+                futures::stream::iter(names)
+                    .for_each_concurrent(32, |n| {
+                        let api = api.clone();
+                        async move {
+                            let _ = api.delete(&n, &DeleteParams::background()).await;
+                        }
+                    })
+                    .await;
+            });
+        })
+        .join();
+    }
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+async fn owned(c: &Controller) -> usize {
+    metric(&c.metrics().await, "kube_reloader_owned_namespaces").unwrap_or(-1.0) as usize
+}
+
+/// Waits until the replicas' owned counts add up to `total` with no handover in progress.
+async fn wait_owned(replicas: &[&Controller], total: usize, within: Duration) -> Vec<usize> {
+    wait_for(
+        &format!("owned namespaces to add up to {total}"),
+        within,
+        || async {
+            let mut counts = Vec::new();
+            for r in replicas {
+                counts.push(owned(r).await);
+            }
+            if counts.iter().sum::<usize>() == total {
+                Ok(counts)
+            } else {
+                Err(format!("{counts:?}"))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_does_not_churn() {
+    let fleet = Fleet::new("shard-split", 300).await;
+    let r0 = fleet.replica("r0", &[]).await;
+    let r1 = fleet.replica("r1", &[]).await;
+    let r2 = fleet.replica("r2", &[]).await;
+    let three = fleet
+        .wait_members(&["r0", "r1", "r2"], Duration::from_secs(20))
+        .await;
+
+    // 1. Each namespace owned by exactly one replica; each owns 100 +/- 20.
+    let counts = wait_owned(&[&r0, &r1, &r2], 300, Duration::from_secs(20)).await;
+    for c in &counts {
+        assert!((80..=120).contains(c), "uneven split {counts:?}");
+    }
+    let mut by_assignment: HashMap<String, usize> = HashMap::new();
+    for ns in &fleet.namespaces {
+        *by_assignment
+            .entry(three.owner(ns).unwrap().to_string())
+            .or_default() += 1;
+    }
+    let mut from_metrics: Vec<usize> = counts.clone();
+    from_metrics.sort();
+    let mut from_assignment: Vec<usize> = by_assignment.values().copied().collect();
+    from_assignment.sort();
+    assert_eq!(
+        from_metrics, from_assignment,
+        "metrics and the published assignment disagree"
+    );
+
+    // 6. A fourth replica moves about a quarter of the namespaces, all to itself.
+    let r3 = fleet.replica("r3", &[]).await;
+    let four = fleet
+        .wait_members(&["r0", "r1", "r2", "r3"], Duration::from_secs(20))
+        .await;
+    assert_eq!(four.generation, three.generation + 1);
+    let moved = fleet
+        .namespaces
+        .iter()
+        .filter(|ns| three.owner(ns) != four.owner(ns))
+        .count();
+    let share = moved as f64 / 300.0;
+    eprintln!(
+        "adding a 4th replica moved {moved}/300 namespaces ({:.1}%)",
+        share * 100.0
+    );
+    assert!((0.20..=0.30).contains(&share), "moved {share}");
+    assert!(
+        fleet
+            .namespaces
+            .iter()
+            .filter(|ns| three.owner(ns) != four.owner(ns))
+            .all(|ns| four.owner(ns) == Some("r3"))
+    );
+    let counts = wait_owned(&[&r0, &r1, &r2, &r3], 300, Duration::from_secs(20)).await;
+    assert_eq!(counts[3], moved, "r3 owns what moved");
+
+    // 5. Kill the leader: another takes over within the lease duration (+ a retry period), and
+    //    the assignment changes once (the dead member leaves), then stays put.
+    let leader = fleet.leader().await.expect("a leader");
+    let mut replicas: BTreeMap<String, Controller> =
+        [("r0", r0), ("r1", r1), ("r2", r2), ("r3", r3)]
+            .into_iter()
+            .map(|(n, c)| (n.to_string(), c))
+            .collect();
+    let killed_at = Instant::now();
+    replicas.remove(&leader).unwrap().crash();
+    let new_leader = wait_for("a new leader", LEASE + Duration::from_secs(4), || async {
+        match fleet.leader().await {
+            Some(l) if l != leader => Ok(l),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eprintln!(
+        "leader {leader} killed; {new_leader} took over after {:?}",
+        killed_at.elapsed()
+    );
+    let survivors: Vec<&str> = replicas.keys().map(String::as_str).collect();
+    let after = fleet
+        .wait_members(&survivors, Duration::from_secs(15))
+        .await;
+    assert_eq!(
+        after.generation,
+        four.generation + 1,
+        "one change for one lost member"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fleet.assignment().await.unwrap().generation,
+        after.generation,
+        "the assignment churned"
+    );
+    let survivors: Vec<&Controller> = replicas.values().collect();
+    wait_owned(&survivors, 300, Duration::from_secs(20)).await;
+}
+
+/// `n` namespaces, each with ConfigMap `cfg` and an auto Deployment `web` (annotations strategy
+/// when `annotations`), labelled so one watch sees them all.
+async fn workloads(fleet: &Fleet, n: usize) {
+    futures::stream::iter(fleet.namespaces.iter().take(n).cloned())
+        .for_each_concurrent(16, |ns| async move {
+            create(&fleet.client, &ns, configmap("cfg", json!({"v": "0"}))).await;
+            let mut d = deployment(
+                "web",
+                json!({"reloader.stakater.com/auto": "true"}),
+                pod_spec(env_from_configmap("cfg"), json!([])),
+            );
+            d["metadata"]["labels"] = json!({"kr-shard-run": fleet.run});
+            create(&fleet.client, &ns, d).await;
+        })
+        .await;
+}
+
+/// Records every pod-template change of the fleet's Deployments: namespace -> recorded hashes.
+fn record_rollouts(
+    fleet: &Fleet,
+) -> std::sync::Arc<std::sync::Mutex<HashMap<String, Vec<String>>>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(HashMap::<String, Vec<String>>::new()));
+    let api: Api<Deployment> = Api::all(fleet.client.clone());
+    let config = watcher::Config::default().labels(&format!("kr-shard-run={}", fleet.run));
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        let mut last: HashMap<String, Option<String>> = HashMap::new();
+        let mut stream = watcher(api, config).applied_objects().boxed();
+        while let Some(Ok(d)) = stream.next().await {
+            let ns = d.metadata.namespace.clone().unwrap();
+            let value = serde_json::to_value(&d).unwrap();
+            let recorded = value
+                .pointer(
+                    "/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from",
+                )
+                .and_then(|v| v.as_str())
+                .map(String::from);
+            let previous = last.insert(ns.clone(), recorded.clone());
+            if recorded.is_some() && previous.as_ref() != Some(&recorded) {
+                // A template write, with its observedAt: the same hash twice is a duplicate rollout.
+                let hash = serde_json::from_str::<serde_json::Value>(recorded.as_deref().unwrap())
+                    .unwrap()["hash"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                sink.lock().unwrap().entry(ns).or_default().push(hash);
+            }
+        }
+    });
+    seen
+}
+
+async fn change(fleet: &Fleet, ns: &str, value: &str) {
+    merge_patch(
+        &fleet.client,
+        ns,
+        "v1",
+        "ConfigMap",
+        "cfg",
+        json!({"data": {"v": value}}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded_once() {
+    let fleet = Fleet::new("shard-crash", 24).await;
+    workloads(&fleet, 24).await;
+    let rollouts = record_rollouts(&fleet);
+    let mut replicas = BTreeMap::new();
+    for name in ["r0", "r1", "r2"] {
+        replicas.insert(
+            name,
+            fleet
+                .replica(name, &["--reload-strategy=annotations"])
+                .await,
+        );
+    }
+    let assignment = fleet
+        .wait_members(&["r0", "r1", "r2"], Duration::from_secs(20))
+        .await;
+    wait_owned(
+        &replicas.values().collect::<Vec<_>>(),
+        24,
+        Duration::from_secs(20),
+    )
+    .await;
+    // A first change everywhere, so every workload records a hash.
+    for ns in &fleet.namespaces {
+        change(&fleet, ns, "1").await;
+    }
+    let h1 = configmap_hash(&[("v", "1")]);
+    wait_for(
+        "every workload reloaded once",
+        Duration::from_secs(20),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let done = fleet
+                .namespaces
+                .iter()
+                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h1)))
+                .count();
+            if done == 24 {
+                Ok(())
+            } else {
+                Err(format!("{done}/24"))
+            }
+        },
+    )
+    .await;
+
+    // Crash the replica that owns the most namespaces (not necessarily the leader).
+    let victim = ["r0", "r1", "r2"]
+        .into_iter()
+        .max_by_key(|r| {
+            fleet
+                .namespaces
+                .iter()
+                .filter(|ns| assignment.owner(ns) == Some(*r))
+                .count()
+        })
+        .unwrap();
+    let orphaned: Vec<String> = fleet
+        .namespaces
+        .iter()
+        .filter(|ns| assignment.owner(ns) == Some(victim))
+        .cloned()
+        .collect();
+    let crashed_at = Instant::now();
+    replicas.remove(victim).unwrap().crash();
+    // Changes in the gap, while nobody serves these namespaces.
+    for ns in &orphaned {
+        change(&fleet, ns, "2").await;
+    }
+    let h2 = configmap_hash(&[("v", "2")]);
+    wait_for(
+        "the orphaned namespaces reloaded",
+        LEASE + Duration::from_secs(2) + Duration::from_secs(6),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let done = orphaned
+                .iter()
+                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h2)))
+                .count();
+            if done == orphaned.len() {
+                Ok(())
+            } else {
+                Err(format!("{done}/{}", orphaned.len()))
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{} orphaned namespaces of {victim} served again after {:?}",
+        orphaned.len(),
+        crashed_at.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (ns, hashes) in rollouts.lock().unwrap().iter() {
+        let mut dedup = hashes.clone();
+        dedup.dedup();
+        assert_eq!(
+            &dedup, hashes,
+            "{ns}: a config change rolled the workload twice: {hashes:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_nothing() {
+    let fleet = Fleet::new("shard-scale", 30).await;
+    workloads(&fleet, 30).await;
+    let rollouts = record_rollouts(&fleet);
+    let r0 = fleet
+        .replica("r0", &["--reload-strategy=annotations"])
+        .await;
+    fleet.wait_members(&["r0"], Duration::from_secs(20)).await;
+
+    // 20+ changes per second, round-robin, for the whole scale-up and scale-down: every 100 ms
+    // a batch of three, sent concurrently so API latency does not slow the rate down.
+    let driver = {
+        let client = fleet.client.clone();
+        let namespaces = fleet.namespaces.clone();
+        tokio::spawn(async move {
+            let mut history: Vec<(String, u32, Instant)> = Vec::new();
+            let start = Instant::now();
+            let mut i = 0u32;
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            while start.elapsed() < Duration::from_secs(24) {
+                tick.tick().await;
+                let batch: Vec<(String, u32)> = (0..3)
+                    .map(|_| {
+                        i += 1;
+                        (namespaces[i as usize % namespaces.len()].clone(), i + 10)
+                    })
+                    .collect();
+                futures::future::join_all(batch.iter().map(|(ns, v)| {
+                    merge_patch(
+                        &client,
+                        ns,
+                        "v1",
+                        "ConfigMap",
+                        "cfg",
+                        json!({"data": {"v": v.to_string()}}),
+                    )
+                }))
+                .await;
+                let now = Instant::now();
+                history.extend(batch.into_iter().map(|(ns, v)| (ns, v, now)));
+            }
+            history
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let r1 = fleet
+        .replica("r1", &["--reload-strategy=annotations"])
+        .await;
+    let r2 = fleet
+        .replica("r2", &["--reload-strategy=annotations"])
+        .await;
+    fleet
+        .wait_members(&["r0", "r1", "r2"], Duration::from_secs(15))
+        .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(r1.stop().await.success());
+    assert!(r2.stop().await.success());
+    fleet.wait_members(&["r0"], Duration::from_secs(15)).await;
+    let history = driver.await.unwrap();
+    let changes = history.len();
+    assert!(
+        changes as f64 / 24.0 >= 20.0,
+        "only {changes} changes in 24 s"
+    );
+    let last: HashMap<String, u32> = history.iter().map(|(ns, v, _)| (ns.clone(), *v)).collect();
+    // Every workload ends on its config's last value...
+    wait_for(
+        "every workload on its last config value",
+        Duration::from_secs(20),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let stale: Vec<&String> = last
+                .iter()
+                .filter(|(ns, v)| {
+                    seen.get(*ns).and_then(|h| h.last())
+                        != Some(&configmap_hash(&[("v", &v.to_string())]))
+                })
+                .map(|(ns, _)| ns)
+                .collect();
+            if stale.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} stale", stale.len()))
+            }
+        },
+    )
+    .await;
+    // ...and no config change rolled a workload twice.
+    let seen = rollouts.lock().unwrap().clone();
+    let total: usize = seen.values().map(Vec::len).sum();
+    for (ns, hashes) in &seen {
+        let mut dedup = hashes.clone();
+        dedup.dedup();
+        assert_eq!(&dedup, hashes, "{ns}: duplicate rollout");
+    }
+    // Every change was reloaded, unless the next change of the same config came so soon
+    // (under 300 ms) that both were coalesced into one write, which is by design.
+    let mut missed = Vec::new();
+    for (k, (ns, v, at)) in history.iter().enumerate() {
+        let next = history[k + 1..]
+            .iter()
+            .find(|(n, _, _)| n == ns)
+            .map(|(_, _, t)| *t);
+        let coalescible = next.is_some_and(|t| t.duration_since(*at) < Duration::from_millis(300));
+        let hash = configmap_hash(&[("v", &v.to_string())]);
+        if !coalescible && !seen.get(ns).is_some_and(|h| h.contains(&hash)) {
+            missed.push((ns.clone(), *v));
+        }
+    }
+    assert!(missed.is_empty(), "changes never reloaded: {missed:?}");
+    eprintln!(
+        "{changes} config changes, {total} rollouts across scale 1 -> 3 -> 1, none missed, no duplicate"
+    );
+    drop(r0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_writes_nothing_for_namespaces_it_lost() {
+    let fleet = Fleet::new("shard-pause", 24).await;
+    workloads(&fleet, 24).await;
+    let rollouts = record_rollouts(&fleet);
+    let mut replicas = BTreeMap::new();
+    for name in ["r0", "r1", "r2"] {
+        replicas.insert(
+            name,
+            fleet
+                .replica(name, &["--reload-strategy=annotations"])
+                .await,
+        );
+    }
+    let before = fleet
+        .wait_members(&["r0", "r1", "r2"], Duration::from_secs(20))
+        .await;
+    wait_owned(
+        &replicas.values().collect::<Vec<_>>(),
+        24,
+        Duration::from_secs(20),
+    )
+    .await;
+    let leader = fleet.leader().await.unwrap();
+    let paused = ["r0", "r1", "r2"]
+        .into_iter()
+        .find(|r| *r != leader)
+        .unwrap();
+    let lost: Vec<String> = fleet
+        .namespaces
+        .iter()
+        .filter(|ns| before.owner(ns) == Some(paused))
+        .cloned()
+        .collect();
+    replicas[paused].signal("STOP");
+    // Longer than its Lease, with changes going on everywhere.
+    let mut v = 100;
+    let until = Instant::now() + LEASE + Duration::from_secs(3);
+    while Instant::now() < until {
+        for ns in &fleet.namespaces {
+            change(&fleet, ns, &v.to_string()).await;
+        }
+        v += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let survivors: Vec<&str> = ["r0", "r1", "r2"]
+        .into_iter()
+        .filter(|r| *r != paused)
+        .collect();
+    fleet
+        .wait_members(&survivors, Duration::from_secs(10))
+        .await;
+    replicas[paused].signal("CONT");
+    // More changes after it wakes up.
+    for ns in &fleet.namespaces {
+        change(&fleet, ns, &v.to_string()).await;
+    }
+    let h = configmap_hash(&[("v", &v.to_string())]);
+    wait_for(
+        "every workload on the last value",
+        Duration::from_secs(25),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let done = fleet
+                .namespaces
+                .iter()
+                .filter(|ns| seen.get(*ns).and_then(|x| x.last()) == Some(&h))
+                .count();
+            if done == 24 {
+                Ok(())
+            } else {
+                Err(format!("{done}/24"))
+            }
+        },
+    )
+    .await;
+    for (ns, hashes) in rollouts.lock().unwrap().iter() {
+        let mut dedup = hashes.clone();
+        dedup.dedup();
+        assert_eq!(&dedup, hashes, "{ns}: duplicate rollout");
+    }
+    // It noticed it had been dead and re-read the assignment before writing again.
+    let logs = replicas[paused].logs();
+    assert!(
+        logs.contains("membership had expired"),
+        "the paused replica did not notice it had been dead"
+    );
+    assert!(!lost.is_empty());
+}
+
+#[tokio::test]
+async fn sharding_without_identity_exits_naming_what_is_missing() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+        .arg("--sharding")
+        .env("KUBECONFIG", common::kubeconfig_path())
+        .env_remove("POD_NAME")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("POD_NAME"));
+}
