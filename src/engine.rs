@@ -214,9 +214,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     /// After a sync (start, a namespace entering the selection): queue workloads whose recorded
     /// hash differs from their config's current hash. Workloads with no recorded hash are left
     /// alone, so a start never rolls the cluster.
-    pub fn reconcile_recorded(&self, namespace: Option<&str>) -> usize {
+    pub fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
         let mut queued = 0;
-        for entry in self.index.workloads_in(namespace) {
+        for entry in self.index.workloads_in(None) {
+            if namespaces.is_some_and(|set| !set.contains(&*entry.key.namespace)) {
+                continue;
+            }
             if !self.ownership.owns(&entry.key.namespace) {
                 continue;
             }

@@ -173,11 +173,9 @@ where
         while let Some(change) = link.changes.recv().await {
             // Gains up to the start generation were covered by the first lists.
             if change.generation > start_generation {
-                for ns in &change.entered {
-                    if self.engine.ownership.owns(ns) {
-                        self.namespace_entered(ns).await;
-                    }
-                }
+                let entered: Vec<String> =
+                    change.entered.iter().filter(|ns| self.engine.ownership.owns(ns)).cloned().collect();
+                self.namespaces_entered(&entered).await;
             }
             for ns in &change.left {
                 if !self.engine.ownership.owns(ns) {

@@ -13,6 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
+use crate::config::NamespaceScope;
 use crate::engine::{ConfigObserver, Phase};
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
@@ -100,69 +101,108 @@ where
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
     pub(super) async fn namespace_entered(&self, namespace: &str) {
-        info!(namespace, "namespace entered the selection, indexing it");
-        for kind in WorkloadKind::ALL
-            .into_iter()
-            .filter(|k| self.settings.handles_workload(*k))
-        {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
-            match api.list(&ListParams::default()).await {
-                Ok(list) => {
-                    for obj in list.items {
-                        self.apply_workload(kind, obj).await;
-                    }
-                }
-                Err(e) => {
-                    warn!(namespace, kind = kind.as_str(), error = %e, "could not list workloads")
-                }
-            }
-        }
-        if self.settings.watches_config(ConfigKind::ConfigMap) {
-            self.list_configs::<ConfigMap>(namespace).await;
-        }
-        if self.settings.watches_config(ConfigKind::Secret) {
-            self.list_configs::<Secret>(namespace).await;
-        }
-        self.engine.reconcile_recorded(Some(namespace));
+        self.namespaces_entered(&[namespace.to_string()]).await;
     }
 
-    async fn list_configs<K>(&self, namespace: &str)
+    /// Indexes namespaces gained (selection or shard handover) as a start-up would, then
+    /// reconciles their recorded hashes. A few namespaces are listed one by one; many at once
+    /// (a handover) are listed with one paginated list per kind, so a takeover of thousands of
+    /// namespaces costs a handful of LIST calls, not thousands.
+    pub(super) async fn namespaces_entered(&self, namespaces: &[String]) {
+        if namespaces.is_empty() {
+            return;
+        }
+        info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
+        let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
+        let targets: Vec<Option<&str>> = if namespaces.len() <= PER_NAMESPACE_LISTS {
+            namespaces.iter().map(|n| Some(n.as_str())).collect()
+        } else {
+            match &self.settings.scope {
+                NamespaceScope::All => vec![None],
+                NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
+            }
+        };
+        for target in &targets {
+            for kind in WorkloadKind::ALL.into_iter().filter(|k| self.settings.handles_workload(*k)) {
+                let ar = api_resource(kind);
+                let api: Api<DynamicObject> = match target {
+                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                    None => Api::all_with(self.client.clone(), &ar),
+                };
+                match list_all(&api, ListParams::default()).await {
+                    Ok(items) => {
+                        for obj in items {
+                            if obj.metadata.namespace.as_deref().is_some_and(|ns| wanted.contains(ns)) {
+                                self.apply_workload(kind, obj).await;
+                            }
+                        }
+                    }
+                    Err(e) => warn!(namespace = ?target, kind = kind.as_str(), error = %e, "could not list workloads"),
+                }
+            }
+            if self.settings.watches_config(ConfigKind::ConfigMap) {
+                self.list_configs::<ConfigMap>(*target, &wanted).await;
+            }
+            if self.settings.watches_config(ConfigKind::Secret) {
+                self.list_configs::<Secret>(*target, &wanted).await;
+            }
+        }
+        let set: HashSet<String> = namespaces.iter().cloned().collect();
+        self.engine.reconcile_recorded(Some(&set));
+    }
+
+    async fn list_configs<K>(&self, target: Option<&str>, wanted: &HashSet<&str>)
     where
         K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<K> = match target {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
         let mut params = ListParams::default();
         if let Some(selector) = &self.settings.resource_label_selector {
             params = params.labels(selector);
         }
-        let list = match api.list(&params).await {
+        let items = match list_all(&api, params).await {
             Ok(l) => l,
             Err(e) => {
-                warn!(namespace, kind = %K::KIND, error = %e, "could not list configs");
+                warn!(namespace = ?target, kind = %K::KIND, error = %e, "could not list configs");
                 return;
             }
         };
-        for obj in list.items {
-            let key = ConfigKey::new(K::KIND, namespace, &obj.name_any());
+        for obj in items {
+            let Some(namespace) = obj.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
+                continue;
+            };
+            let key = ConfigKey::new(K::KIND, &namespace, &obj.name_any());
             let annotations = obj.annotations().clone();
             let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
-            let (ignore, matched) = (
-                flag(&self.settings.keys.ignore),
-                flag(&self.settings.keys.match_),
-            );
+            let (ignore, matched) = (flag(&self.settings.keys.ignore), flag(&self.settings.keys.match_));
             if let Ok(digest) = self.pool.digest(obj.into_payload()).await {
-                self.engine.config_applied(
-                    key,
-                    ConfigState {
-                        digest,
-                        ignore,
-                        matched,
-                    },
-                    Phase::Startup,
-                );
+                self.engine.config_applied(key, ConfigState { digest, ignore, matched }, Phase::Startup);
             }
+        }
+    }
+}
+
+/// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
+const PER_NAMESPACE_LISTS: usize = 8;
+
+/// A paginated LIST (500 per page), so a large list never arrives as one huge response.
+async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut params = params.limit(500);
+    loop {
+        let page = api.list(&params).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        out.extend(page.items);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
         }
     }
 }
