@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain cluster cluster-down cluster-status kubeconfig binary demo test lint
+.PHONY: toolchain cluster cluster-down cluster-status kubeconfig binary demo test lint loadtest manifests image chart-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
 toolchain:
@@ -42,6 +42,30 @@ test: toolchain
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --all-targets
 	cargo test --locked --doc
+
+## Load test against the local control plane (see loadtest/README.md):
+##   make loadtest SCENARIO=steady|burst|fanout|noop|large|ratelimit|restart|annotations|all SCALE=small|medium|large
+## CONTROLLER_CMD='...' measures another controller; LOADTEST_ARGS='...' passes more flags.
+SCENARIO ?= steady
+SCALE ?= small
+loadtest:
+	@cargo build --release --locked -p kube-reloader-loadtest >&2
+	$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario $(SCENARIO) --scale $(SCALE) $(LOADTEST_ARGS)
+
+## Regenerate deployments/kubernetes/kube-reloader.yaml and the kustomize base from the Helm
+## chart's defaults (tests/chart.rs fails when they drift). Builds helm once (hack/helm.sh).
+manifests:
+	@bash hack/helm-manifests.sh
+
+## Build the container image (needs a Docker engine): make image IMAGE=registry/kube-reloader:tag
+IMAGE ?= kube-reloader:dev
+image:
+	docker build -t $(IMAGE) .
+
+## Only the chart and RBAC tests: helm lint/template, server-side dry run, least privilege per mode.
+chart-test: toolchain
+	@bash hack/cluster.sh up >/dev/null
+	cargo test --locked --test chart --test rbac
 
 ## What CI checks besides the tests.
 lint:

@@ -25,7 +25,11 @@ fn script_last_line(script: &str, args: &[&str]) -> String {
         .stderr(Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));
-    assert!(out.status.success(), "{script} {args:?} failed ({})", out.status);
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed ({})",
+        out.status
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
@@ -149,7 +153,11 @@ pub fn yaml_to_json(yaml: &str) -> Vec<Value> {
         ],
         Some(yaml),
     );
-    assert!(out.ok, "converting YAML to JSON failed: {}\n{yaml}", out.stderr);
+    assert!(
+        out.ok,
+        "converting YAML to JSON failed: {}\n{yaml}",
+        out.stderr
+    );
     serde_json::Deserializer::from_str(&out.stdout)
         .into_iter::<Value>()
         .map(|v| v.expect("kubectl printed JSON"))

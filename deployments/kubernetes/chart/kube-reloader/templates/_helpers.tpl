@@ -1,0 +1,261 @@
+{{/* Names ------------------------------------------------------------------ */}}
+
+{{- define "kube-reloader.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kube-reloader.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kube-reloader.namespace" -}}
+{{- .Values.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{- define "kube-reloader.serviceAccountName" -}}
+{{- if .Values.reloader.serviceAccount.create -}}
+{{- default (include "kube-reloader.fullname" .) .Values.reloader.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.reloader.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels ----------------------------------------------------------------- */}}
+
+{{- define "kube-reloader.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kube-reloader.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- with .Values.reloader.matchLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kube-reloader.labels" -}}
+{{ include "kube-reloader.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* Image: reloader.deployment.image.name (older Reloader charts) wins over image.repository. */}}
+{{- define "kube-reloader.image" -}}
+{{- $legacy := .Values.reloader.deployment.image | default dict -}}
+{{- if $legacy.name -}}
+{{- printf "%s:%s" $legacy.name ($legacy.tag | default .Chart.AppVersion | toString) -}}
+{{- else -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.global.imageRegistry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion | toString) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kube-reloader.imagePullPolicy" -}}
+{{- $legacy := .Values.reloader.deployment.image | default dict -}}
+{{- $legacy.pullPolicy | default .Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/* Pull secrets: names or {name: ...} objects, from global and deployment. */}}
+{{- define "kube-reloader.imagePullSecrets" -}}
+{{- range $s := concat (.Values.global.imagePullSecrets | default list) (.Values.reloader.deployment.imagePullSecrets | default list) }}
+{{- if kindIs "map" $s }}
+- name: {{ $s.name }}
+{{- else }}
+- name: {{ $s }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Mode ------------------------------------------------------------------- */}}
+
+{{/* The replica count actually deployed. */}}
+{{- define "kube-reloader.replicas" -}}
+{{- .Values.reloader.deployment.replicas | int -}}
+{{- end -}}
+
+{{/* "true" when sharding is on: sharding.enabled true, or auto with more than one replica. */}}
+{{- define "kube-reloader.sharding" -}}
+{{- $mode := .Values.reloader.sharding.enabled | toString -}}
+{{- if or (eq $mode "true") (and (eq $mode "auto") (gt (include "kube-reloader.replicas" . | int) 1)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when replicas coordinate through Leases (enableHA or sharding). */}}
+{{- define "kube-reloader.usesLeases" -}}
+{{- if or .Values.reloader.enableHA (include "kube-reloader.sharding" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Watched namespaces when watchGlobally is false, as a JSON list: reloader.namespaces
+(list or comma string; trimmed, de-duplicated, sorted), or else the release namespace. Empty
+list in global mode. */}}
+{{- define "kube-reloader.watchNamespaces" -}}
+{{- $clean := list -}}
+{{- if not .Values.reloader.watchGlobally -}}
+{{- $ns := .Values.reloader.namespaces | default list -}}
+{{- if kindIs "string" $ns -}}{{- $ns = splitList "," $ns -}}{{- end -}}
+{{- range $ns -}}
+{{- $t := . | toString | trim -}}
+{{- if $t -}}{{- $clean = append $clean $t -}}{{- end -}}
+{{- end -}}
+{{- if not $clean -}}{{- $clean = list (include "kube-reloader.namespace" .) -}}{{- end -}}
+{{- end -}}
+{{- $clean | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
+{{/* "true" when the cluster serves OpenShift DeploymentConfigs or isOpenshift is set: the binary
+detects the API at start and then needs RBAC for it. */}}
+{{- define "kube-reloader.openshift" -}}
+{{- if or .Values.reloader.isOpenshift (.Capabilities.APIVersions.Has "apps.openshift.io/v1") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Configuration errors the schema cannot express. */}}
+{{- define "kube-reloader.validate" -}}
+{{- if and .Values.reloader.ignoreSecrets .Values.reloader.ignoreConfigMaps -}}
+{{- fail "reloader.ignoreSecrets and reloader.ignoreConfigMaps cannot both be true: nothing would be watched" -}}
+{{- end -}}
+{{- $ns := .Values.reloader.namespaces | default list -}}
+{{- if kindIs "string" $ns -}}{{- $ns = splitList "," $ns | compact -}}{{- end -}}
+{{- if and .Values.reloader.watchGlobally $ns -}}
+{{- fail "reloader.namespaces is set but reloader.watchGlobally is true: set reloader.watchGlobally=false to watch only those namespaces" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* RBAC rules ------------------------------------------------------------- */}}
+
+{{/* What kube-reloader needs in every namespace it watches: read the configs it watches, read
+and patch workloads, create Jobs (CronJob reloads) and re-create Jobs (Job reloads), write
+Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's Role. */}}
+{{- define "kube-reloader.watchRules" -}}
+{{- $v := .Values.reloader -}}
+- apiGroups: [""]
+  resources:
+  {{- if not $v.ignoreConfigMaps }}
+    - configmaps
+  {{- end }}
+  {{- if not $v.ignoreSecrets }}
+    - secrets
+  {{- end }}
+  verbs: [get, list, watch]
+- apiGroups: [apps]
+  resources: [deployments, daemonsets, statefulsets]
+  verbs: [get, list, watch, patch]
+{{- if not $v.ignoreCronJobs }}
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if not $v.ignoreJobs }}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, delete, get, list, watch]
+{{- else if not $v.ignoreCronJobs }}
+# A CronJob reload creates a Job from its template.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create]
+{{- end }}
+{{- if $v.isArgoRollouts }}
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- if include "kube-reloader.openshift" . }}
+- apiGroups: [apps.openshift.io]
+  resources: [deploymentconfigs]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- if $v.enableCSIIntegration }}
+- apiGroups: [secrets-store.csi.x-k8s.io]
+  resources: [secretproviderclasses, secretproviderclasspodstatuses]
+  verbs: [get, list, watch]
+{{- end }}
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* What kube-reloader needs in its own namespace: publish the reloader-meta-info ConfigMap
+(server-side apply: create, then get/patch of that name only) and, with HA or sharding, its
+Leases (one per replica, plus the leader's stakater-reloader-lock) and the shard assignment
+ConfigMap the leader publishes and every replica watches (by name). */}}
+{{- define "kube-reloader.releaseRules" -}}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [reloader-meta-info]
+  verbs: [get, patch]
+{{- if include "kube-reloader.usesLeases" . }}
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [kube-reloader-shard-assignment]
+  verbs: [get, list, watch, patch]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, create, update, patch, delete]
+{{- end }}
+{{- end -}}
+
+{{/* Args ------------------------------------------------------------------- */}}
+
+{{/* The container args, as a YAML list (toYaml quotes what needs quoting). */}}
+{{- define "kube-reloader.args" -}}
+{{- $v := .Values.reloader -}}
+{{- $a := list -}}
+{{- with $v.logFormat }}{{ $a = append $a (printf "--log-format=%s" .) }}{{ end -}}
+{{- with $v.logLevel }}{{ $a = append $a (printf "--log-level=%s" .) }}{{ end -}}
+{{- if $v.ignoreSecrets }}{{ $a = append $a "--resources-to-ignore=secrets" }}{{ end -}}
+{{- if $v.ignoreConfigMaps }}{{ $a = append $a "--resources-to-ignore=configMaps" }}{{ end -}}
+{{- $ignored := list -}}
+{{- if $v.ignoreJobs }}{{ $ignored = append $ignored "jobs" }}{{ end -}}
+{{- if $v.ignoreCronJobs }}{{ $ignored = append $ignored "cronjobs" }}{{ end -}}
+{{- if $ignored }}{{ $a = append $a (printf "--ignored-workload-types=%s" (join "," $ignored)) }}{{ end -}}
+{{- with include "kube-reloader.watchNamespaces" . | fromJsonArray }}{{ $a = append $a (printf "--namespaces=%s" (join "," .)) }}{{ end -}}
+{{- with $v.ignoreNamespaces }}{{ $a = append $a (printf "--namespaces-to-ignore=%s" .) }}{{ end -}}
+{{- if and $v.watchGlobally $v.namespaceSelector }}{{ $a = append $a (printf "--namespace-selector=%s" $v.namespaceSelector) }}{{ end -}}
+{{- with $v.resourceLabelSelector }}{{ $a = append $a (printf "--resource-label-selector=%s" .) }}{{ end -}}
+{{- $flags := dict "auto" "auto-annotation" "configmap" "configmap-annotation" "secret" "secret-annotation" "configmap_auto" "configmap-auto-annotation" "secret_auto" "secret-auto-annotation" "search" "auto-search-annotation" "match" "search-match-annotation" "ignore" "ignore-annotation" "pausePeriod" "pause-deployment-annotation" "pauseTime" "pause-deployment-time-annotation" -}}
+{{- $custom := $v.custom_annotations | default dict -}}
+{{- range $key := keys $flags | sortAlpha }}
+{{- with index $custom $key }}{{ $a = append $a (printf "--%s=%s" (index $flags $key) .) }}{{ end -}}
+{{- end -}}
+{{- with $v.webhookUrl }}{{ $a = append $a (printf "--webhook-url=%s" .) }}{{ end -}}
+{{- if $v.isArgoRollouts }}{{ $a = append $a "--is-Argo-Rollouts=true" }}{{ end -}}
+{{- if $v.isOpenshift }}{{ $a = append $a "--is-openshift=true" }}{{ end -}}
+{{- if $v.enableCSIIntegration }}{{ $a = append $a "--enable-csi-integration=true" }}{{ end -}}
+{{- if $v.reloadOnCreate }}{{ $a = append $a "--reload-on-create=true" }}{{ end -}}
+{{- if $v.reloadOnDelete }}{{ $a = append $a "--reload-on-delete=true" }}{{ end -}}
+{{- if $v.syncAfterRestart }}{{ $a = append $a "--sync-after-restart=true" }}{{ end -}}
+{{- if and $v.reloadStrategy (ne $v.reloadStrategy "default") }}{{ $a = append $a (printf "--reload-strategy=%s" $v.reloadStrategy) }}{{ end -}}
+{{- if $v.autoReloadAll }}{{ $a = append $a "--auto-reload-all=true" }}{{ end -}}
+{{- if $v.enableHA }}{{ $a = append $a "--enable-ha=true" }}{{ end -}}
+{{- if $v.enablePProf }}{{ $a = concat $a (list "--enable-pprof=true" (printf "--pprof-addr=%s" $v.pprofAddr)) }}{{ end -}}
+{{- if include "kube-reloader.sharding" . }}
+{{- $s := $v.sharding -}}
+{{- $a = concat $a (list "--sharding=true" (printf "--lease-duration=%s" $s.leaseDuration) (printf "--renew-deadline=%s" $s.renewDeadline) (printf "--retry-period=%s" $s.retryPeriod)) -}}
+{{- end -}}
+{{- $r := $v.rateLimit -}}
+{{- $a = append $a (printf "--max-patches-per-second=%v" ($r.maxPatchesPerSecond | int)) -}}
+{{- $a = append $a (printf "--patch-burst=%v" ($r.patchBurst | int)) -}}
+{{- $a = append $a (printf "--min-reload-interval=%s" $r.minReloadInterval) -}}
+{{- with $v.digestWorkers }}{{ $a = append $a (printf "--digest-workers=%v" (. | int)) }}{{ end -}}
+{{- toYaml $a -}}
+{{- end -}}

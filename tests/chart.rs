@@ -1,0 +1,1305 @@
+//! The install artifacts: the Helm chart (lint, what each Reloader value renders to, the schema,
+//! every rendered object accepted by the real API server), the plain manifests and kustomize
+//! base generated from it, and the Dockerfile (its build step is `make binary`'s).
+//!
+//! Helm is built once from its Go module by hack/helm.sh; the server-side checks use the local
+//! control plane like every integration test.
+
+// The Reloader-shaped values document below is one large json! literal.
+#![recursion_limit = "256"]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use common::crds;
+use common::helm::*;
+use common::{TestNamespace, client};
+
+const RELEASE: &str = "kr";
+const NS: &str = "kube-reloader";
+
+fn render(values: Value) -> Vec<Value> {
+    template(RELEASE, NS, &values, &[])
+}
+
+fn has_arg(objects: &[Value], arg: &str) -> bool {
+    args(objects).iter().any(|a| a == arg)
+}
+
+fn arg_with_prefix(objects: &[Value], prefix: &str) -> Option<String> {
+    args(objects).into_iter().find(|a| a.starts_with(prefix))
+}
+
+/// Every (apiGroup, resource, resourceName, verb) a list of RBAC rules grants.
+fn grants(rules: &Value) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    let strs = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default()
+    };
+    for rule in rules.as_array().into_iter().flatten() {
+        let names = match strs(&rule["resourceNames"]) {
+            n if n.is_empty() => vec![String::new()],
+            n => n,
+        };
+        for g in strs(&rule["apiGroups"]) {
+            for r in strs(&rule["resources"]) {
+                for n in &names {
+                    for v in strs(&rule["verbs"]) {
+                        out.insert((g.clone(), r.clone(), n.clone(), v));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn grant_set(items: &[(&str, &str, &str, &[&str])]) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for (g, r, n, verbs) in items {
+        for v in *verbs {
+            out.insert((g.to_string(), r.to_string(), n.to_string(), v.to_string()));
+        }
+    }
+    out
+}
+
+fn resources_granted(rules: &Value) -> BTreeSet<String> {
+    grants(rules)
+        .into_iter()
+        .map(|(g, r, _, _)| if g.is_empty() { r } else { format!("{r}.{g}") })
+        .collect()
+}
+
+fn role_in<'a>(objects: &'a [Value], namespace: &str) -> Option<&'a Value> {
+    of_kind(objects, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["namespace"] == namespace)
+}
+
+// ---- lint and defaults -----------------------------------------------------------------------
+
+#[test]
+fn helm_lint_passes_with_defaults_and_with_everything_on() {
+    let chart = chart_dir();
+    let out = run(helm(), &["lint", "--strict", chart.to_str().unwrap()], None);
+    assert!(out.ok, "helm lint failed:\n{}{}", out.stdout, out.stderr);
+
+    let path = std::env::temp_dir().join(format!("kr-lint-{}.json", std::process::id()));
+    std::fs::write(&path, everything_on().to_string()).unwrap();
+    let out = run(
+        helm(),
+        &[
+            "lint",
+            "--strict",
+            chart.to_str().unwrap(),
+            "-f",
+            path.to_str().unwrap(),
+        ],
+        None,
+    );
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.ok,
+        "helm lint (everything on) failed:\n{}{}",
+        out.stdout, out.stderr
+    );
+}
+
+#[test]
+fn defaults_render_a_hardened_single_replica_watching_everything() {
+    let objects = render(json!({}));
+    let got: BTreeSet<String> = kinds(&objects).into_iter().collect();
+    let want: BTreeSet<String> = [
+        "ServiceAccount/kube-reloader/kr-kube-reloader",
+        "ClusterRole//kr-kube-reloader",
+        "ClusterRoleBinding//kr-kube-reloader",
+        "Role/kube-reloader/kr-kube-reloader",
+        "RoleBinding/kube-reloader/kr-kube-reloader",
+        "Deployment/kube-reloader/kr-kube-reloader",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(got, want);
+
+    let deployment = one(&objects, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "kr-kube-reloader");
+    assert_eq!(pod["securityContext"]["runAsUser"], 65534);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(
+        pod.get("affinity").is_none(),
+        "no anti-affinity for one replica"
+    );
+    let c = container(&objects);
+    assert_eq!(c["image"], "ghcr.io/kube-reloader/kube-reloader:0.1.0");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(c["ports"][0]["containerPort"], 9090);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/live");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
+    assert_eq!(
+        args(&objects),
+        [
+            "--log-level=info",
+            "--max-patches-per-second=50",
+            "--patch-burst=100",
+            "--min-reload-interval=0s"
+        ]
+    );
+    let env_names: Vec<String> = env(&objects).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        env_names,
+        ["RELOADER_NAMESPACE", "RELOADER_DEPLOYMENT_NAME"]
+    );
+
+    // Cluster-wide: configs, workloads, batch, events; no namespaces, leases or CRD kinds.
+    let cluster = &one(&objects, "ClusterRole")["rules"];
+    assert_eq!(
+        grants(cluster),
+        grant_set(&[
+            ("", "configmaps", "", &["get", "list", "watch"]),
+            ("", "secrets", "", &["get", "list", "watch"]),
+            (
+                "apps",
+                "deployments",
+                "",
+                &["get", "list", "watch", "patch"]
+            ),
+            ("apps", "daemonsets", "", &["get", "list", "watch", "patch"]),
+            (
+                "apps",
+                "statefulsets",
+                "",
+                &["get", "list", "watch", "patch"]
+            ),
+            ("batch", "cronjobs", "", &["get", "list", "watch"]),
+            (
+                "batch",
+                "jobs",
+                "",
+                &["create", "delete", "get", "list", "watch"]
+            ),
+            ("", "events", "", &["create", "patch"]),
+            ("events.k8s.io", "events", "", &["create", "patch"]),
+        ])
+    );
+    // Own namespace: the meta-info ConfigMap only.
+    let own = &role_in(&objects, NS).expect("a Role in the release namespace")["rules"];
+    assert_eq!(
+        grants(own),
+        grant_set(&[
+            ("", "configmaps", "", &["create"]),
+            ("", "configmaps", "reloader-meta-info", &["get", "patch"]),
+        ])
+    );
+}
+
+// ---- namespaces ------------------------------------------------------------------------------
+
+#[test]
+fn scoped_mode_gets_one_role_per_watched_namespace_and_nothing_cluster_wide() {
+    let objects = render(json!({"reloader": {
+        "watchGlobally": false,
+        "namespaces": ["team-b", " team-a ", "team-b"],
+    }}));
+    assert!(of_kind(&objects, "ClusterRole").is_empty());
+    assert!(of_kind(&objects, "ClusterRoleBinding").is_empty());
+    assert!(has_arg(&objects, "--namespaces=team-a,team-b"));
+    for ns in ["team-a", "team-b"] {
+        let role = role_in(&objects, ns).unwrap_or_else(|| panic!("no Role in {ns}"));
+        let res = resources_granted(&role["rules"]);
+        assert!(res.contains("configmaps") && res.contains("deployments.apps"));
+        assert!(!res.contains("namespaces"), "{res:?}");
+        let binding = of_kind(&objects, "RoleBinding")
+            .into_iter()
+            .find(|b| b["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("no RoleBinding in {ns}"));
+        assert_eq!(binding["subjects"][0]["namespace"], NS);
+    }
+    // The release namespace is not watched: only the meta-info ConfigMap there.
+    let own = &role_in(&objects, NS).unwrap()["rules"];
+    assert_eq!(
+        resources_granted(own),
+        BTreeSet::from(["configmaps".to_string()])
+    );
+
+    // A comma separated string works too (Reloader's chart accepts both).
+    let objects = render(json!({"reloader": {"watchGlobally": false, "namespaces": "x, y"}}));
+    assert!(has_arg(&objects, "--namespaces=x,y"));
+}
+
+#[test]
+fn scoped_mode_without_a_list_watches_the_release_namespace() {
+    let objects = render(json!({"reloader": {"watchGlobally": false}}));
+    assert!(has_arg(&objects, &format!("--namespaces={NS}")));
+    assert!(of_kind(&objects, "ClusterRole").is_empty());
+    assert_eq!(of_kind(&objects, "Role").len(), 1);
+    let res = resources_granted(&role_in(&objects, NS).unwrap()["rules"]);
+    assert!(res.contains("secrets") && res.contains("jobs.batch") && res.contains("events"));
+}
+
+#[test]
+fn namespaces_with_watch_globally_is_an_error_not_a_surprise() {
+    let err = template_yaml(
+        RELEASE,
+        NS,
+        &json!({"reloader": {"namespaces": ["a"]}}),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("reloader.namespaces is set but reloader.watchGlobally is true"),
+        "{err}"
+    );
+}
+
+#[test]
+fn namespace_selector_adds_namespace_reads_only_in_global_mode() {
+    let objects = render(json!({"reloader": {"namespaceSelector": "team=a, env in (prod,stage)"}}));
+    assert!(has_arg(
+        &objects,
+        "--namespace-selector=team=a, env in (prod,stage)"
+    ));
+    let cluster = grants(&one(&objects, "ClusterRole")["rules"]);
+    assert!(cluster.contains(&("".into(), "namespaces".into(), "".into(), "list".into())));
+    assert!(cluster.contains(&("".into(), "namespaces".into(), "".into(), "watch".into())));
+    assert!(!cluster.contains(&("".into(), "namespaces".into(), "".into(), "get".into())));
+
+    // Scoped mode ignores the selector, as Reloader's chart does.
+    let objects = render(json!({"reloader": {
+        "namespaceSelector": "team=a", "watchGlobally": false, "namespaces": ["a"]}}));
+    assert!(arg_with_prefix(&objects, "--namespace-selector").is_none());
+    assert!(of_kind(&objects, "ClusterRole").is_empty());
+}
+
+/// What confines a controller to some configs and workloads does not change what it may do.
+#[test]
+fn label_selectors_and_annotation_names_do_not_change_rbac() {
+    let rbac = |objects: Vec<Value>| -> Vec<Value> {
+        objects
+            .into_iter()
+            .filter(|o| o["kind"].as_str().is_some_and(|k| k.contains("Role")))
+            .collect()
+    };
+    let plain = rbac(render(json!({})));
+    let confined = rbac(render(json!({"reloader": {
+        "resourceLabelSelector": "team=a",
+        "custom_annotations": {"auto": "acme.io/auto", "pausePeriod": "acme.io/pause"},
+        "ignoreNamespaces": "kube-system"}})));
+    assert_eq!(plain, confined);
+}
+
+// ---- replicas, HA and sharding ---------------------------------------------------------------
+
+#[test]
+fn more_than_one_replica_turns_on_sharding_with_pod_identity_and_anti_affinity() {
+    let objects = render(json!({"reloader": {"deployment": {"replicas": 3}}}));
+    assert_eq!(one(&objects, "Deployment")["spec"]["replicas"], 3);
+    for arg in [
+        "--sharding=true",
+        "--lease-duration=15s",
+        "--renew-deadline=10s",
+        "--retry-period=2s",
+    ] {
+        assert!(
+            has_arg(&objects, arg),
+            "{arg} missing: {:?}",
+            args(&objects)
+        );
+    }
+    assert!(!has_arg(&objects, "--enable-ha=true"));
+    let env = env(&objects);
+    for (name, path) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let (_, v) = env
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(v["fieldRef"]["fieldPath"], path);
+    }
+    let anti = &one(&objects, "Deployment")["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(
+        anti["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        anti["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+        RELEASE
+    );
+    // Leases and the shard assignment, in the release namespace only.
+    let own = grants(&role_in(&objects, NS).unwrap()["rules"]);
+    for verb in ["get", "list", "create", "update", "patch", "delete"] {
+        assert!(own.contains(&(
+            "coordination.k8s.io".into(),
+            "leases".into(),
+            "".into(),
+            verb.into()
+        )));
+    }
+    assert!(own.contains(&(
+        "".into(),
+        "configmaps".into(),
+        "kube-reloader-shard-assignment".into(),
+        "watch".into()
+    )));
+    // Replicas split the cluster's namespaces: each reads the Namespace list (and leases stay
+    // namespaced).
+    let cluster = resources_granted(&one(&objects, "ClusterRole")["rules"]);
+    assert!(!cluster.contains("leases.coordination.k8s.io"));
+    assert!(cluster.contains("namespaces"));
+    // Scoped mode with sharding: reading Namespaces is the only cluster-wide grant.
+    let objects = render(
+        json!({"reloader": {"watchGlobally": false, "namespaces": ["a", "b"],
+        "deployment": {"replicas": 2}}}),
+    );
+    assert_eq!(
+        grants(&one(&objects, "ClusterRole")["rules"]),
+        grant_set(&[("", "namespaces", "", &["list", "watch"])])
+    );
+
+    // Custom lease timings; sharding forced off or on.
+    let objects = render(json!({"reloader": {"deployment": {"replicas": 2},
+        "sharding": {"leaseDuration": "30s", "renewDeadline": "20s", "retryPeriod": "5s"}}}));
+    assert!(has_arg(&objects, "--lease-duration=30s"));
+    assert!(has_arg(&objects, "--renew-deadline=20s"));
+    assert!(has_arg(&objects, "--retry-period=5s"));
+    let objects = render(json!({"reloader": {"deployment": {"replicas": 2},
+        "sharding": {"enabled": false}}}));
+    assert!(arg_with_prefix(&objects, "--sharding").is_none());
+    assert!(
+        !resources_granted(&role_in(&objects, NS).unwrap()["rules"])
+            .contains("leases.coordination.k8s.io")
+    );
+    let objects = render(json!({"reloader": {"sharding": {"enabled": true}}}));
+    assert!(has_arg(&objects, "--sharding=true"));
+    let objects = render(json!({"reloader": {"deployment": {"replicas": 1}}}));
+    assert!(arg_with_prefix(&objects, "--sharding").is_none());
+}
+
+#[test]
+fn enable_ha_keeps_reloaders_meaning_with_leases_and_pod_identity() {
+    let objects = render(
+        json!({"reloader": {"enableHA": true, "deployment": {"replicas": 2},
+        "sharding": {"enabled": false}}}),
+    );
+    assert!(has_arg(&objects, "--enable-ha=true"));
+    assert!(arg_with_prefix(&objects, "--sharding").is_none());
+    assert!(env(&objects).iter().any(|(n, _)| n == "POD_NAME"));
+    assert!(
+        resources_granted(&role_in(&objects, NS).unwrap()["rules"])
+            .contains("leases.coordination.k8s.io")
+    );
+    assert!(
+        one(&objects, "Deployment")["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+            .is_object()
+    );
+}
+
+// ---- workload kinds and RBAC that follows them -------------------------------------------------
+
+#[test]
+fn argo_openshift_and_csi_add_their_flags_and_only_their_rules() {
+    let objects = render(json!({"reloader": {
+        "isArgoRollouts": true, "isOpenshift": true, "enableCSIIntegration": true}}));
+    for arg in [
+        "--is-Argo-Rollouts=true",
+        "--is-openshift=true",
+        "--enable-csi-integration=true",
+    ] {
+        assert!(has_arg(&objects, arg), "{arg} missing");
+    }
+    let g = grants(&one(&objects, "ClusterRole")["rules"]);
+    let extra = grant_set(&[
+        (
+            "argoproj.io",
+            "rollouts",
+            "",
+            &["get", "list", "watch", "patch"],
+        ),
+        (
+            "apps.openshift.io",
+            "deploymentconfigs",
+            "",
+            &["get", "list", "watch", "patch"],
+        ),
+        (
+            "secrets-store.csi.x-k8s.io",
+            "secretproviderclasses",
+            "",
+            &["get", "list", "watch"],
+        ),
+        (
+            "secrets-store.csi.x-k8s.io",
+            "secretproviderclasspodstatuses",
+            "",
+            &["get", "list", "watch"],
+        ),
+    ]);
+    assert!(extra.is_subset(&g), "missing: {:?}", extra.difference(&g));
+    let base = grants(&one(&render(json!({})), "ClusterRole")["rules"]);
+    assert_eq!(g.difference(&base).cloned().collect::<BTreeSet<_>>(), extra);
+
+    // A cluster that serves DeploymentConfigs gets their RBAC even without isOpenshift, since
+    // kube-reloader detects the API at start (as Reloader does) and then watches them; the flag
+    // itself is not passed.
+    let objects = template(
+        RELEASE,
+        NS,
+        &json!({}),
+        &["--api-versions", "apps.openshift.io/v1"],
+    );
+    assert!(arg_with_prefix(&objects, "--is-openshift").is_none());
+    assert!(
+        resources_granted(&one(&objects, "ClusterRole")["rules"])
+            .contains("deploymentconfigs.apps.openshift.io")
+    );
+}
+
+#[test]
+fn ignoring_jobs_and_cronjobs_drops_their_flags_and_rules() {
+    let batch = |objects: &[Value]| -> BTreeSet<(String, String, String, String)> {
+        grants(&one(objects, "ClusterRole")["rules"])
+            .into_iter()
+            .filter(|(g, _, _, _)| g == "batch")
+            .collect()
+    };
+    let both = render(json!({"reloader": {"ignoreJobs": true, "ignoreCronJobs": true}}));
+    assert!(has_arg(&both, "--ignored-workload-types=jobs,cronjobs"));
+    assert!(batch(&both).is_empty(), "{:?}", batch(&both));
+
+    // CronJobs still reloaded: they are read, and a reload creates a Job (nothing more on Jobs).
+    let jobs = render(json!({"reloader": {"ignoreJobs": true}}));
+    assert!(has_arg(&jobs, "--ignored-workload-types=jobs"));
+    assert_eq!(
+        batch(&jobs),
+        grant_set(&[
+            ("batch", "cronjobs", "", &["get", "list", "watch"]),
+            ("batch", "jobs", "", &["create"]),
+        ])
+    );
+
+    let cron = render(json!({"reloader": {"ignoreCronJobs": true}}));
+    assert!(has_arg(&cron, "--ignored-workload-types=cronjobs"));
+    assert_eq!(
+        batch(&cron),
+        grant_set(&[(
+            "batch",
+            "jobs",
+            "",
+            &["create", "delete", "get", "list", "watch"]
+        )])
+    );
+}
+
+#[test]
+fn ignoring_secrets_or_configmaps_drops_them_and_both_is_refused() {
+    let objects = render(json!({"reloader": {"ignoreSecrets": true}}));
+    assert!(has_arg(&objects, "--resources-to-ignore=secrets"));
+    let res = resources_granted(&one(&objects, "ClusterRole")["rules"]);
+    assert!(!res.contains("secrets") && res.contains("configmaps"));
+
+    let objects = render(json!({"reloader": {"ignoreConfigMaps": true}}));
+    assert!(has_arg(&objects, "--resources-to-ignore=configMaps"));
+    assert!(resources_granted(&one(&objects, "ClusterRole")["rules"]).contains("secrets"));
+
+    let err = template_yaml(
+        RELEASE,
+        NS,
+        &json!({"reloader": {"ignoreSecrets": true, "ignoreConfigMaps": true}}),
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.contains("cannot both be true"), "{err}");
+}
+
+// ---- every Reloader value means what it means in Reloader's chart ------------------------------
+
+#[test]
+fn every_reloader_value_renders_reloaders_flag() {
+    let cases: Vec<(Value, &[&str])> = vec![
+        (json!({"autoReloadAll": true}), &["--auto-reload-all=true"]),
+        (
+            json!({"reloadStrategy": "annotations"}),
+            &["--reload-strategy=annotations"],
+        ),
+        (
+            json!({"reloadStrategy": "env-vars"}),
+            &["--reload-strategy=env-vars"],
+        ),
+        (
+            json!({"reloadOnCreate": true}),
+            &["--reload-on-create=true"],
+        ),
+        (
+            json!({"reloadOnDelete": true}),
+            &["--reload-on-delete=true"],
+        ),
+        (
+            json!({"syncAfterRestart": true}),
+            &["--sync-after-restart=true"],
+        ),
+        (
+            json!({"ignoreNamespaces": "kube-system,kube-public"}),
+            &["--namespaces-to-ignore=kube-system,kube-public"],
+        ),
+        (
+            json!({"resourceLabelSelector": "reload=yes"}),
+            &["--resource-label-selector=reload=yes"],
+        ),
+        (json!({"logFormat": "json"}), &["--log-format=json"]),
+        (json!({"logLevel": "debug"}), &["--log-level=debug"]),
+        (
+            json!({"enablePProf": true, "pprofAddr": ":7070"}),
+            &["--enable-pprof=true", "--pprof-addr=:7070"],
+        ),
+        // Without any custom annotation (Reloader's chart once dropped it in that case).
+        (
+            json!({"webhookUrl": "https://hooks.example.com/x?a=b#c"}),
+            &["--webhook-url=https://hooks.example.com/x?a=b#c"],
+        ),
+        (
+            json!({"custom_annotations": {
+                "auto": "acme.io/auto", "configmap": "acme.io/cm", "secret": "acme.io/secret",
+                "configmap_auto": "acme.io/cm-auto", "secret_auto": "acme.io/secret-auto",
+                "search": "acme.io/search", "match": "acme.io/match", "ignore": "acme.io/ignore",
+                "pausePeriod": "acme.io/pause", "pauseTime": "acme.io/paused-at"}}),
+            &[
+                "--auto-annotation=acme.io/auto",
+                "--configmap-annotation=acme.io/cm",
+                "--secret-annotation=acme.io/secret",
+                "--configmap-auto-annotation=acme.io/cm-auto",
+                "--secret-auto-annotation=acme.io/secret-auto",
+                "--auto-search-annotation=acme.io/search",
+                "--search-match-annotation=acme.io/match",
+                "--ignore-annotation=acme.io/ignore",
+                "--pause-deployment-annotation=acme.io/pause",
+                "--pause-deployment-time-annotation=acme.io/paused-at",
+            ],
+        ),
+        (
+            json!({"rateLimit": {"maxPatchesPerSecond": 10, "patchBurst": 20,
+                "minReloadInterval": "1m30s"}, "digestWorkers": 3}),
+            &[
+                "--max-patches-per-second=10",
+                "--patch-burst=20",
+                "--min-reload-interval=1m30s",
+                "--digest-workers=3",
+            ],
+        ),
+    ];
+    for (reloader, want) in cases {
+        let objects = render(json!({ "reloader": reloader }));
+        let got = args(&objects);
+        for arg in want {
+            assert!(
+                got.iter().any(|a| a == arg),
+                "{reloader}: {arg} missing from {got:?}"
+            );
+        }
+    }
+    // `default` is Reloader's way of saying "the binary's default".
+    assert!(arg_with_prefix(&render(json!({})), "--reload-strategy").is_none());
+}
+
+#[test]
+fn env_values_metrics_by_namespace_and_opentelemetry_become_env_vars() {
+    let objects = render(json!({"reloader": {
+        "enableMetricsByNamespace": true,
+        "openTelemetry": {"endpoint": "http://otel-collector.obs:4318", "serviceName": "reloader-prod"},
+        "deployment": {"env": {
+            "open": {"ALERT_ON_RELOAD": "true", "ALERT_SINK": "slack", "UNSET": null},
+            "secret": {"ALERT_WEBHOOK_URL": "https://hooks.slack.com/services/x"},
+            "field": {"NODE": "spec.nodeName"},
+            "existing": {"alerts": {"ALERT_ADDITIONAL_INFO": "info-key"}}
+        }}
+    }}));
+    let env = env(&objects);
+    let get = |name: &str| -> Value {
+        env.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name} missing from {env:?}"))
+    };
+    assert_eq!(get("METRICS_COUNT_BY_NAMESPACE"), "enabled");
+    assert_eq!(
+        get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "http://otel-collector.obs:4318"
+    );
+    assert_eq!(get("OTEL_SERVICE_NAME"), "reloader-prod");
+    assert_eq!(get("ALERT_ON_RELOAD"), "true");
+    assert_eq!(get("ALERT_SINK"), "slack");
+    assert!(!env.iter().any(|(n, _)| n == "UNSET"));
+    assert_eq!(
+        get("ALERT_WEBHOOK_URL")["secretKeyRef"],
+        json!({"name": "kr-kube-reloader", "key": "ALERT_WEBHOOK_URL"})
+    );
+    assert_eq!(get("NODE")["fieldRef"]["fieldPath"], "spec.nodeName");
+    assert_eq!(
+        get("ALERT_ADDITIONAL_INFO")["secretKeyRef"],
+        json!({"name": "alerts", "key": "info-key"})
+    );
+    // The chart's Secret holds the secret values (never the Deployment).
+    let secret = one(&objects, "Secret");
+    assert!(secret["data"]["ALERT_WEBHOOK_URL"].is_string());
+    assert!(
+        !serde_json::to_string(one(&objects, "Deployment"))
+            .unwrap()
+            .contains("hooks.slack.com")
+    );
+}
+
+#[test]
+fn grafana_dashboard_is_a_sidecar_configmap_with_the_repository_dashboard() {
+    assert!(of_kind(&render(json!({})), "ConfigMap").is_empty());
+    let objects = render(json!({"reloader": {"grafanaDashboard": {
+        "enabled": true, "namespace": "monitoring", "annotations": {"grafana_folder": "Platform"}}}}));
+    let cm = one(&objects, "ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"], "monitoring");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "Platform");
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            repo_root().join("deployments/grafana/kube-reloader-dashboard.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let rendered: Value =
+        serde_json::from_str(cm["data"]["kube-reloader-dashboard.json"].as_str().unwrap())
+            .expect("the ConfigMap holds valid dashboard JSON");
+    assert_eq!(rendered, shipped);
+}
+
+#[test]
+fn monitors_pdb_netpol_vpa_service_and_images_follow_reloaders_values() {
+    let objects = render(everything_on());
+    for kind in [
+        "Service",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "VerticalPodAutoscaler",
+    ] {
+        one(&objects, kind);
+    }
+    assert_eq!(
+        one(&objects, "PodDisruptionBudget")["spec"]["maxUnavailable"],
+        1
+    );
+    assert_eq!(one(&objects, "Service")["spec"]["ports"][0]["port"], 8080);
+    assert_eq!(
+        one(&objects, "PodMonitor")["metadata"]["namespace"],
+        "monitoring"
+    );
+    let c = container(&objects);
+    assert_eq!(
+        c["image"],
+        "mirror.example.com/kube-reloader/kube-reloader@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+    );
+    assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
+    // readOnlyRootFileSystem: /tmp is an emptyDir, plus the extra volumes of both places.
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(mounts, ["/tmp/", "/extra", "/legacy"]);
+    let pod = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["imagePullSecrets"],
+        json!([{"name": "global-pull"}, {"name": "deploy-pull"}])
+    );
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+
+    // An older Reloader values file that sets the image under reloader.deployment.image.
+    let objects = render(json!({"reloader": {"deployment": {"image": {
+        "name": "registry.example.com/kube-reloader", "tag": "1.2.3", "pullPolicy": "Never"}}}}));
+    assert_eq!(
+        container(&objects)["image"],
+        "registry.example.com/kube-reloader:1.2.3"
+    );
+    assert_eq!(container(&objects)["imagePullPolicy"], "Never");
+}
+
+// ---- schema ----------------------------------------------------------------------------------
+
+#[test]
+fn schema_rejects_typos_and_wrong_types_with_the_path_in_the_message() {
+    let cases = [
+        (
+            json!({"reloader": {"autoReloadAl": true}}),
+            "at '/reloader': additional properties 'autoReloadAl' not allowed",
+        ),
+        (
+            json!({"reloader": {"deployment": {"replica": 2}}}),
+            "additional properties 'replica' not allowed",
+        ),
+        (
+            json!({"relaoder": {}}),
+            "additional properties 'relaoder' not allowed",
+        ),
+        (
+            json!({"reloader": {"enableHA": "yes"}}),
+            "at '/reloader/enableHA': got string, want boolean",
+        ),
+        (
+            json!({"reloader": {"deployment": {"replicas": "2"}}}),
+            "at '/reloader/deployment/replicas': got string, want integer",
+        ),
+        (
+            json!({"reloader": {"reloadStrategy": "rolling"}}),
+            "at '/reloader/reloadStrategy'",
+        ),
+        (
+            json!({"reloader": {"sharding": {"enabled": "sometimes"}}}),
+            "at '/reloader/sharding/enabled'",
+        ),
+        (
+            json!({"reloader": {"rateLimit": {"minReloadInterval": "5 minutes"}}}),
+            "at '/reloader/rateLimit/minReloadInterval'",
+        ),
+        (
+            json!({"reloader": {"rateLimit": {"maxPatchesPerSecond": 0}}}),
+            "at '/reloader/rateLimit/maxPatchesPerSecond'",
+        ),
+        (
+            json!({"reloader": {"custom_annotations": {"autoo": "x"}}}),
+            "additional properties 'autoo' not allowed",
+        ),
+    ];
+    for (values, want) in cases {
+        let err = template_yaml(RELEASE, NS, &values, &[])
+            .expect_err(&format!("{values} should be rejected"));
+        assert!(
+            err.contains("values don't meet the specifications of the schema")
+                && err.contains(want),
+            "{values}: expected '{want}' in:\n{err}"
+        );
+    }
+}
+
+/// The shape of stakater/Reloader's chart values file (v1.4, chart 2.x): every key it has, with
+/// its kind of default (including the keys it leaves null). A Reloader values file must render.
+#[test]
+fn a_values_file_shaped_like_reloaders_renders() {
+    let values = json!({
+        "global": {"imageRegistry": "", "imagePullSecrets": []},
+        "kubernetes": {"host": "https://kubernetes.default"},
+        "nameOverride": "", "fullnameOverride": "",
+        "image": {"name": "kube-reloader", "repository": "ghcr.io/kube-reloader/kube-reloader",
+                  "tag": "0.1.0", "pullPolicy": "IfNotPresent"},
+        "reloader": {
+            "autoReloadAll": false, "isArgoRollouts": false, "isOpenshift": false,
+            "ignoreSecrets": false, "ignoreConfigMaps": false, "ignoreJobs": false,
+            "ignoreCronJobs": false, "reloadOnCreate": false, "reloadOnDelete": false,
+            "syncAfterRestart": false, "reloadStrategy": "default", "ignoreNamespaces": "",
+            "namespaceSelector": "", "resourceLabelSelector": "", "logFormat": "", "logLevel": "info",
+            "watchGlobally": true, "enableHA": false, "enablePProf": false, "pprofAddr": ":6060",
+            "readOnlyRootFileSystem": false, "legacy": {"rbac": false}, "matchLabels": {},
+            "enableMetricsByNamespace": false,
+            "deployment": {
+                "dnsConfig": {}, "replicas": 1, "revisionHistoryLimit": 2, "nodeSelector": null,
+                "affinity": {}, "volumeMounts": [], "volumes": [],
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containerSecurityContext": {}, "tolerations": [], "topologySpreadConstraints": [],
+                "annotations": {}, "labels": {"provider": "acme", "group": "com.acme.platform"},
+                "env": {"open": null, "secret": null, "field": null, "existing": null},
+                "livenessProbe": {}, "readinessProbe": {}, "resources": {},
+                "pod": {"annotations": {}}, "priorityClassName": "",
+                "gomaxprocsOverride": "", "gomemlimitOverride": ""
+            },
+            "service": {},
+            "rbac": {"enabled": true, "labels": {}},
+            "serviceAccount": {"create": true, "labels": {}, "annotations": {}, "name": null},
+            "custom_annotations": {},
+            "serviceMonitor": {"enabled": false, "labels": {}, "annotations": {}, "honorLabels": true,
+                               "metricRelabelings": [], "relabelings": [], "targetLabels": []},
+            "podMonitor": {"enabled": false, "labels": {}, "annotations": {}, "honorLabels": true,
+                           "metricRelabelings": [], "relabelings": [], "podTargetLabels": []},
+            "podDisruptionBudget": {"enabled": false},
+            "netpol": {"enabled": false, "from": [], "to": []},
+            "verticalPodAutoscaler": {"enabled": false, "controlledResources": [], "maxAllowed": {},
+                                      "minAllowed": {}, "updatePolicy": {"updateMode": "Auto"}},
+            "volumeMounts": [], "volumes": [],
+            "webhookUrl": ""
+        }
+    });
+    let objects = render(values);
+    one(&objects, "Deployment");
+    // Reloader's default container security context is `{}`; Helm merges maps, so kube-reloader's
+    // hardened defaults stay (set it to null to drop them).
+    assert_eq!(
+        container(&objects)["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+    assert_eq!(
+        one(&objects, "Deployment")["metadata"]["labels"]["provider"],
+        "acme"
+    );
+}
+
+/// Every flag the chart can render is one the binary accepts, with a value it parses.
+#[test]
+fn every_rendered_flag_is_accepted_by_the_binary() {
+    for values in [
+        everything_on(),
+        json!({"reloader": {"watchGlobally": false, "namespaces": ["a", "b"], "ignoreConfigMaps": true,
+            "reloadStrategy": "env-vars", "ignoreCronJobs": true}}),
+        json!({"reloader": {"deployment": {"replicas": 2}, "ignoreSecrets": true,
+            "custom_annotations": {"configmap": "a/cm", "secret": "a/s", "configmap_auto": "a/ca",
+                "secret_auto": "a/sa", "search": "a/search", "match": "a/match", "ignore": "a/i",
+                "pausePeriod": "a/p"}}}),
+    ] {
+        let args = args(&render(values.clone()));
+        // clap reads every argument before acting on --help: an unknown flag, a repeated one or a
+        // value that does not parse fails here, without contacting any cluster.
+        let out = Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+            .args(&args)
+            .arg("--help")
+            .output()
+            .expect("running kube-reloader --help");
+        assert!(
+            out.status.success(),
+            "kube-reloader rejected the chart's args {args:?}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Values that turn on everything optional (used by lint, the render checks and the dry run).
+fn everything_on() -> Value {
+    json!({
+        "global": {"imageRegistry": "mirror.example.com", "imagePullSecrets": ["global-pull"]},
+        "image": {"repository": "kube-reloader/kube-reloader",
+                  "digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                  "pullPolicy": "Always"},
+        "reloader": {
+            "autoReloadAll": true, "reloadStrategy": "annotations", "reloadOnCreate": true,
+            "reloadOnDelete": true, "syncAfterRestart": true, "ignoreJobs": true,
+            "ignoreNamespaces": "kube-system", "namespaceSelector": "team=a",
+            "resourceLabelSelector": "reload=yes", "logFormat": "json", "logLevel": "debug",
+            "isArgoRollouts": true, "isOpenshift": true, "enableCSIIntegration": true,
+            "enableHA": true, "enablePProf": true, "readOnlyRootFileSystem": true,
+            "enableMetricsByNamespace": true, "webhookUrl": "https://hooks.example.com/x",
+            "matchLabels": {"team": "platform"},
+            "custom_annotations": {"auto": "acme.io/auto", "pauseTime": "acme.io/paused-at"},
+            "deployment": {
+                "replicas": 2,
+                "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+                "priorityClassName": "system-cluster-critical",
+                "imagePullSecrets": [{"name": "deploy-pull"}],
+                "annotations": {"owner": "platform"}, "labels": {"tier": "ops"},
+                "pod": {"annotations": {"prometheus.io/scrape": "true"}},
+                "livenessProbe": {"timeoutSeconds": 3}, "readinessProbe": {"periodSeconds": 7},
+                "env": {"open": {"ALERT_ON_RELOAD": "true"}, "secret": {"ALERT_WEBHOOK_URL": "https://hooks"}},
+                "volumeMounts": [{"name": "extra", "mountPath": "/extra"}],
+                "volumes": [{"name": "extra", "emptyDir": {}}]
+            },
+            "volumeMounts": [{"name": "legacy", "mountPath": "/legacy"}],
+            "volumes": [{"name": "legacy", "emptyDir": {}}],
+            "service": {"port": 8080, "labels": {"svc": "yes"}},
+            "serviceMonitor": {"enabled": true, "interval": "30s", "timeout": "10s",
+                               "metricRelabelings": [{"action": "keep", "regex": "reloader_.*",
+                                                      "sourceLabels": ["__name__"]}]},
+            "podMonitor": {"enabled": true, "namespace": "monitoring", "interval": "30s",
+                           "podTargetLabels": ["app.kubernetes.io/name"]},
+            "podDisruptionBudget": {"enabled": true, "minAvailable": 1, "maxUnavailable": 1},
+            "netpol": {"enabled": true, "from": [{"podSelector": {"matchLabels": {"app": "prometheus"}}}]},
+            "verticalPodAutoscaler": {"enabled": true, "controlledResources": ["cpu", "memory"],
+                                      "maxAllowed": {"memory": "1Gi"}, "updatePolicy": {"updateMode": "Off"}},
+            "sharding": {"enabled": "auto"},
+            "rateLimit": {"maxPatchesPerSecond": 20, "patchBurst": 40, "minReloadInterval": "30s"},
+            "openTelemetry": {"endpoint": "http://otel:4318"},
+            "grafanaDashboard": {"enabled": true}
+        }
+    })
+}
+
+// ---- generated manifests ---------------------------------------------------------------------
+
+#[test]
+fn plain_manifests_and_kustomize_base_match_the_chart() {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/helm-manifests.sh"))
+        .arg("--check")
+        .output()
+        .expect("running hack/helm-manifests.sh --check");
+    assert!(
+        out.status.success(),
+        "deployments/kubernetes drifted from the chart; run `make manifests`:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The kustomize base builds (kubectl's built-in kustomize) to the same objects as the single
+    // file, and an overlay can move everything, RBAC subjects included, to another namespace.
+    let base = repo_root().join("deployments/kubernetes");
+    let built = run(kubectl(), &["kustomize", base.to_str().unwrap()], None);
+    assert!(built.ok, "kubectl kustomize: {}", built.stderr);
+    let plain =
+        std::fs::read_to_string(base.join("kube-reloader.yaml")).expect("kube-reloader.yaml");
+    let sorted = |mut v: Vec<Value>| {
+        v.sort_by_key(|o| kinds(std::slice::from_ref(o)));
+        v
+    };
+    assert_eq!(
+        sorted(yaml_to_json(&built.stdout)),
+        sorted(yaml_to_json(&plain))
+    );
+
+    // (kustomize only takes relative paths to a base)
+    let overlay = std::env::temp_dir().join(format!("kr-overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).unwrap();
+    let up = "../".repeat(overlay.components().count() - 1);
+    let relative = format!("{up}{}", base.display().to_string().trim_start_matches('/'));
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: ops\nresources:\n  - {relative}\n"
+        ),
+    )
+    .unwrap();
+    let built = run(kubectl(), &["kustomize", overlay.to_str().unwrap()], None);
+    let _ = std::fs::remove_dir_all(&overlay);
+    assert!(built.ok, "kubectl kustomize (overlay): {}", built.stderr);
+    let objects = yaml_to_json(&built.stdout);
+    assert_eq!(one(&objects, "Namespace")["metadata"]["name"], "ops");
+    assert_eq!(one(&objects, "Deployment")["metadata"]["namespace"], "ops");
+    assert_eq!(
+        one(&objects, "ClusterRoleBinding")["subjects"][0]["namespace"],
+        "ops"
+    );
+    assert_eq!(one(&objects, "RoleBinding")["metadata"]["namespace"], "ops");
+}
+
+// ---- the API server accepts what the chart renders ---------------------------------------------
+
+/// Renders `values` for a release in a fresh namespace and has the API server validate every
+/// object (`kubectl apply --dry-run=server`, strict field validation): schemas, RBAC rules,
+/// Deployment spec. ServiceMonitor, PodMonitor and VerticalPodAutoscaler need their CRDs: the
+/// test installs minimal ones (tests/fixtures/crds) with the upstream types of the fields the
+/// chart renders, so a misspelt field is still rejected.
+async fn dry_run(name: &str, values: Value, extra_namespaces: &[&TestNamespace]) {
+    let release_ns = TestNamespace::new(&format!("chart-{name}")).await;
+    let mut values = values;
+    if values["reloader"]["watchGlobally"] == false {
+        let list: Vec<&str> = extra_namespaces.iter().map(|n| n.name.as_str()).collect();
+        values["reloader"]["namespaces"] = json!(list);
+    }
+    // Every namespace the objects go to must exist (the monitors' and the dashboard's too).
+    for key in ["podMonitor", "serviceMonitor", "grafanaDashboard"] {
+        if values["reloader"][key]["namespace"].is_string() {
+            values["reloader"][key]["namespace"] = json!(release_ns.name);
+        }
+    }
+    let objects = template(&format!("kr-{name}"), &release_ns.name, &values, &[]);
+    let refs: Vec<&Value> = objects.iter().collect();
+    let out = kubectl_admin(
+        &[
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "-o",
+            "name",
+            "-f",
+            "-",
+        ],
+        Some(&as_list(&refs)),
+    );
+    assert!(
+        out.ok,
+        "the API server rejected the chart's objects ({name}):\n{}\nobjects: {:#?}",
+        out.stderr,
+        kinds(&objects)
+    );
+    let accepted = out.stdout.lines().count();
+    assert_eq!(
+        accepted,
+        objects.len(),
+        "{name}: accepted {accepted} of {}:\n{}",
+        objects.len(),
+        out.stdout
+    );
+}
+
+#[tokio::test]
+async fn the_api_server_accepts_every_rendered_object_in_each_mode() {
+    let c = client().await;
+    crds::ensure(
+        &c,
+        &[
+            "servicemonitors.monitoring.coreos.com",
+            "podmonitors.monitoring.coreos.com",
+            "verticalpodautoscalers.autoscaling.k8s.io",
+        ],
+    )
+    .await;
+    let a = TestNamespace::new("chart-watched-a").await;
+    let b = TestNamespace::new("chart-watched-b").await;
+    dry_run("defaults", json!({}), &[]).await;
+    dry_run(
+        "scoped",
+        json!({"reloader": {"watchGlobally": false}}),
+        &[&a, &b],
+    )
+    .await;
+    dry_run("single", json!({"reloader": {"watchGlobally": false}}), &[]).await;
+    dry_run(
+        "sharded",
+        json!({"reloader": {"deployment": {"replicas": 3}, "podDisruptionBudget": {"enabled": true}}}),
+        &[],
+    )
+    .await;
+    dry_run(
+        "ha",
+        json!({"reloader": {"enableHA": true, "deployment": {"replicas": 2},
+            "sharding": {"enabled": false}}}),
+        &[],
+    )
+    .await;
+    dry_run(
+        "crd-kinds",
+        json!({"reloader": {"isArgoRollouts": true, "isOpenshift": true, "enableCSIIntegration": true}}),
+        &[],
+    )
+    .await;
+    dry_run(
+        "no-batch",
+        json!({"reloader": {"ignoreJobs": true, "ignoreCronJobs": true, "namespaceSelector": "x=y"}}),
+        &[],
+    )
+    .await;
+    dry_run("everything", everything_on(), &[]).await;
+}
+
+// ---- the image -------------------------------------------------------------------------------
+
+/// Dockerfile instructions with continuation lines joined and comments dropped.
+fn dockerfile_instructions() -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join("Dockerfile")).expect("Dockerfile");
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') || t.is_empty() && current.is_empty() {
+            continue;
+        }
+        if let Some(stripped) = t.strip_suffix('\\') {
+            current.push_str(stripped);
+            current.push(' ');
+        } else {
+            current.push_str(t);
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    out
+}
+
+/// The words of the first `cargo build ...` command in `text`, up to `&&`, `;`, `>` or the end.
+fn cargo_build_words(text: &str) -> Option<Vec<String>> {
+    let start = text.find("cargo build")?;
+    let words = text[start..]
+        .split_whitespace()
+        .take_while(|w| !matches!(*w, "&&" | ";" | "||") && !w.starts_with('>'))
+        .map(String::from)
+        .collect();
+    Some(words)
+}
+
+#[test]
+fn the_dockerfile_builds_what_make_binary_builds() {
+    let instructions = dockerfile_instructions();
+    let build = instructions
+        .iter()
+        .filter(|i| i.starts_with("RUN "))
+        .find_map(|i| cargo_build_words(i))
+        .expect("a RUN ... cargo build step in the Dockerfile");
+    let makefile = std::fs::read_to_string(repo_root().join("Makefile")).unwrap();
+    let recipe = makefile
+        .split("\nbinary:")
+        .nth(1)
+        .expect("a `binary:` target in the Makefile");
+    let make = cargo_build_words(recipe.split("\n\n").next().unwrap())
+        .expect("`make binary` runs cargo build");
+    assert_eq!(
+        build, make,
+        "the Dockerfile's build step and `make binary` diverged"
+    );
+    assert!(build.contains(&"--locked".to_string()) && build.contains(&"--release".to_string()));
+
+    // Static facts the issue asks for: stages, user, port, entrypoint.
+    let from: Vec<&String> = instructions
+        .iter()
+        .filter(|i| i.starts_with("FROM "))
+        .collect();
+    assert_eq!(from.len(), 2, "{from:?}");
+    assert!(
+        from[0].contains("rust:")
+            && from[0].contains("-bookworm")
+            && from[0].ends_with(" AS build")
+    );
+    assert_eq!(from[1], "FROM gcr.io/distroless/cc-debian12:nonroot");
+    let last_stage: Vec<&String> = instructions
+        .iter()
+        .skip_while(|i| !i.starts_with("FROM gcr.io/distroless"))
+        .collect();
+    for want in [
+        "COPY --from=build /kube-reloader /kube-reloader",
+        "USER 65534:65534",
+        "EXPOSE 9090",
+        "ENTRYPOINT [\"/kube-reloader\"]",
+    ] {
+        assert!(
+            last_stage.iter().any(|i| *i == want),
+            "`{want}` missing from the runtime stage: {last_stage:?}"
+        );
+    }
+
+    // The builder's Rust is at least the crate's rust-version.
+    let version = |s: &str| -> (u32, u32) {
+        let mut it = s.split('.').map(|p| p.parse::<u32>().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    let image_rust = from[0]
+        .split("rust:")
+        .nth(1)
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap();
+    let cargo_toml = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    let msrv = cargo_toml
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("rust-version in Cargo.toml")
+        .trim_matches('"');
+    assert!(
+        version(image_rust) >= version(msrv),
+        "the build image's Rust {image_rust} is older than rust-version {msrv}"
+    );
+}
+
+/// The build context the Dockerfile sees (its COPY sources, minus what .dockerignore drops)
+/// is enough for cargo to resolve the workspace with the lock file as it is.
+#[test]
+fn the_docker_build_context_resolves_the_locked_workspace() {
+    let root = repo_root();
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).expect(".dockerignore");
+    let patterns: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(patterns.first(), Some(&"*"), "the context is an allow-list");
+    let allowed: Vec<&str> = patterns[1..]
+        .iter()
+        .map(|p| {
+            p.strip_prefix('!')
+                .expect("only re-includes after `*`")
+                .trim_end_matches('/')
+        })
+        .collect();
+
+    let ctx = std::env::temp_dir().join(format!("kr-docker-ctx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&ctx);
+    for instruction in dockerfile_instructions()
+        .iter()
+        .filter(|i| i.starts_with("COPY ") && !i.contains("--from="))
+    {
+        let words: Vec<&str> = instruction.split_whitespace().skip(1).collect();
+        let (sources, dest) = words.split_at(words.len() - 1);
+        for src in sources {
+            assert!(
+                allowed.contains(src),
+                "COPY {src}: excluded by .dockerignore (allowed: {allowed:?})"
+            );
+            let target = if dest[0].ends_with('/') && sources.len() > 1 || dest[0] == "./" {
+                ctx.join(src)
+            } else {
+                ctx.join(dest[0].trim_start_matches("./"))
+            };
+            copy_tree(&root.join(src), &target);
+        }
+    }
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        // Only the packages a Linux build needs are in the local registry cache.
+        .args([
+            "--filter-platform",
+            &format!("{}-unknown-linux-gnu", std::env::consts::ARCH),
+        ])
+        .arg("--manifest-path")
+        .arg(ctx.join("Cargo.toml"))
+        .output()
+        .expect("running cargo metadata");
+    let _ = std::fs::remove_dir_all(&ctx);
+    assert!(
+        out.status.success(),
+        "cargo cannot resolve the workspace from the Docker build context:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn copy_tree(src: &std::path::Path, dst: &std::path::Path) {
+    if src.is_dir() {
+        std::fs::create_dir_all(dst).unwrap();
+        for entry in std::fs::read_dir(src).unwrap() {
+            let entry = entry.unwrap();
+            copy_tree(&entry.path(), &dst.join(entry.file_name()));
+        }
+    } else {
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(src, dst).unwrap_or_else(|e| panic!("copying {}: {e}", src.display()));
+    }
+}
+
+/// The runtime image has glibc, libgcc and libstdc++ and nothing else (distroless/cc): the
+/// binary must not need any other shared library (no OpenSSL: TLS is rustls).
+#[test]
+fn the_binary_needs_only_what_distroless_cc_ships() {
+    let out = Command::new("ldd")
+        .arg(env!("CARGO_BIN_EXE_kube-reloader"))
+        .output()
+        .expect("running ldd");
+    assert!(out.status.success(), "ldd failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let allowed = [
+        "linux-vdso.so",
+        "libc.so",
+        "libm.so",
+        "libgcc_s.so",
+        "libstdc++.so",
+        "libpthread.so",
+        "libdl.so",
+        "librt.so",
+        "ld-linux",
+    ];
+    for line in text.lines() {
+        let lib = line.split_whitespace().next().unwrap_or_default();
+        let lib = lib.rsplit('/').next().unwrap_or(lib);
+        assert!(
+            allowed.iter().any(|a| lib.starts_with(a)),
+            "kube-reloader links {lib}, which distroless/cc-debian12 does not ship:\n{text}"
+        );
+    }
+}

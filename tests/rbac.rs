@@ -1,0 +1,654 @@
+//! Least privilege, proven against the real API server, one test per mode of the chart:
+//! the chart's ServiceAccount and RBAC objects are applied, kube-reloader runs with a token of
+//! that ServiceAccount (and the args and env the chart renders), a reload is driven and happens,
+//! and a SelfSubjectRulesReview of that identity shows exactly what the mode needs: nothing more
+//! than a ServiceAccount without any binding has, apart from the expected rules, per namespace
+//! (the release namespace, a watched one and an unrelated one).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::SelfSubjectRulesReview;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+use common::helm::*;
+use common::objects::*;
+use common::{Controller, TestNamespace, client, crds, kubeconfig_path, wait_for};
+
+/// (apiGroup, resource, resourceName or "", verb)
+type Grant = (String, String, String, String);
+
+fn grant_set(items: &[(&str, &str, &str, &[&str])]) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    for (g, r, n, verbs) in items {
+        for v in *verbs {
+            out.insert((g.to_string(), r.to_string(), n.to_string(), v.to_string()));
+        }
+    }
+    out
+}
+
+/// What a mode turns on, read from the values as an operator would (not from the templates).
+struct Needs {
+    scoped: bool,
+    selector: bool,
+    leases: bool,
+    argo: bool,
+    openshift: bool,
+    csi: bool,
+    jobs: bool,
+    cronjobs: bool,
+    configmaps: bool,
+    secrets: bool,
+}
+
+impl Needs {
+    fn of(values: &Value, openshift_served: bool) -> Self {
+        let r = &values["reloader"];
+        let on = |k: &str| r[k] == true;
+        let replicas = r["deployment"]["replicas"].as_i64().unwrap_or(1);
+        let sharding = match &r["sharding"]["enabled"] {
+            Value::Bool(b) => *b,
+            _ => replicas > 1,
+        };
+        Needs {
+            scoped: r["watchGlobally"] == false,
+            selector: r["watchGlobally"] != false
+                && r["namespaceSelector"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty()),
+            leases: on("enableHA") || sharding,
+            argo: on("isArgoRollouts"),
+            openshift: on("isOpenshift") || openshift_served,
+            csi: on("enableCSIIntegration"),
+            jobs: !on("ignoreJobs"),
+            cronjobs: !on("ignoreCronJobs"),
+            configmaps: !on("ignoreConfigMaps"),
+            secrets: !on("ignoreSecrets"),
+        }
+    }
+
+    /// In every watched namespace.
+    fn watch(&self) -> BTreeSet<Grant> {
+        let read: &[&str] = &["get", "list", "watch"];
+        let roll: &[&str] = &["get", "list", "watch", "patch"];
+        let mut g = grant_set(&[
+            ("apps", "deployments", "", roll),
+            ("apps", "daemonsets", "", roll),
+            ("apps", "statefulsets", "", roll),
+            ("", "events", "", &["create", "patch"]),
+            ("events.k8s.io", "events", "", &["create", "patch"]),
+        ]);
+        if self.configmaps {
+            g.extend(grant_set(&[("", "configmaps", "", read)]));
+        }
+        if self.secrets {
+            g.extend(grant_set(&[("", "secrets", "", read)]));
+        }
+        if self.cronjobs {
+            g.extend(grant_set(&[("batch", "cronjobs", "", read)]));
+        }
+        if self.jobs {
+            g.extend(grant_set(&[(
+                "batch",
+                "jobs",
+                "",
+                &["create", "delete", "get", "list", "watch"],
+            )]));
+        } else if self.cronjobs {
+            g.extend(grant_set(&[("batch", "jobs", "", &["create"])]));
+        }
+        if self.argo {
+            g.extend(grant_set(&[("argoproj.io", "rollouts", "", roll)]));
+        }
+        if self.openshift {
+            g.extend(grant_set(&[(
+                "apps.openshift.io",
+                "deploymentconfigs",
+                "",
+                roll,
+            )]));
+        }
+        if self.csi {
+            g.extend(grant_set(&[
+                (
+                    "secrets-store.csi.x-k8s.io",
+                    "secretproviderclasses",
+                    "",
+                    read,
+                ),
+                (
+                    "secrets-store.csi.x-k8s.io",
+                    "secretproviderclasspodstatuses",
+                    "",
+                    read,
+                ),
+            ]));
+        }
+        g
+    }
+
+    /// In the release namespace.
+    fn release(&self) -> BTreeSet<Grant> {
+        let mut g = grant_set(&[
+            ("", "configmaps", "", &["create"]),
+            ("", "configmaps", "reloader-meta-info", &["get", "patch"]),
+        ]);
+        if self.leases {
+            g.extend(grant_set(&[
+                (
+                    "",
+                    "configmaps",
+                    "kube-reloader-shard-assignment",
+                    &["get", "list", "watch", "patch"],
+                ),
+                (
+                    "coordination.k8s.io",
+                    "leases",
+                    "",
+                    &["get", "list", "create", "update", "patch", "delete"],
+                ),
+            ]));
+        }
+        g
+    }
+
+    /// Everything this identity may do in `namespace`.
+    fn in_namespace(&self, namespace: &str, release: &str, watched: &[String]) -> BTreeSet<Grant> {
+        let mut g = BTreeSet::new();
+        if !self.scoped || watched.iter().any(|w| w == namespace) {
+            g.extend(self.watch());
+        }
+        // Namespaces are read cluster-wide with a selector, and with HA or sharding (replicas
+        // split the cluster's namespaces), whatever the scope.
+        if self.selector || self.leases {
+            g.extend(grant_set(&[("", "namespaces", "", &["list", "watch"])]));
+        }
+        if namespace == release {
+            g.extend(self.release());
+        }
+        g
+    }
+}
+
+/// A client and a kubeconfig file for a ServiceAccount's token.
+struct Identity {
+    client: Client,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Identity {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}
+
+async fn identity_of(admin: &Client, namespace: &str, service_account: &str) -> Identity {
+    let request: TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": [], "expirationSeconds": 3600}
+    }))
+    .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"))
+        .status
+        .expect("a token in the TokenRequest status")
+        .token;
+    // Server and CA of the admin kubeconfig; the user is the token (JSON is valid YAML).
+    let admin_config = Kubeconfig::read_from(kubeconfig_path()).expect("the admin kubeconfig");
+    let cluster = admin_config.clusters[0].cluster.clone().expect("a cluster");
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {
+            "cluster": "local", "user": service_account, "namespace": namespace}}],
+        "current-context": "sa",
+    });
+    let path = std::env::temp_dir().join(format!(
+        "kube-reloader-sa-{namespace}-{service_account}.kubeconfig"
+    ));
+    std::fs::write(&path, serde_json::to_vec(&kubeconfig).unwrap()).unwrap();
+    let parsed = Kubeconfig::read_from(&path).expect("the token kubeconfig");
+    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .expect("a client config for the token");
+    Identity {
+        client: Client::try_from(config).expect("a client for the token"),
+        kubeconfig: path,
+    }
+}
+
+/// What `client` may do in `namespace`, per SelfSubjectRulesReview.
+async fn rules_in(client: &Client, namespace: &str) -> Result<BTreeSet<Grant>, String> {
+    let review: SelfSubjectRulesReview = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": namespace}
+    }))
+    .unwrap();
+    let answer = Api::<SelfSubjectRulesReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| format!("SelfSubjectRulesReview in {namespace}: {e}"))?;
+    let status = answer.status.ok_or("no status")?;
+    let mut out = BTreeSet::new();
+    for rule in status.resource_rules {
+        let groups = rule.api_groups.unwrap_or_default();
+        let resources = rule.resources.unwrap_or_default();
+        let names = match rule.resource_names.unwrap_or_default() {
+            n if n.is_empty() => vec![String::new()],
+            n => n,
+        };
+        for g in &groups {
+            for r in &resources {
+                for n in &names {
+                    for v in &rule.verbs {
+                        out.insert((g.clone(), r.clone(), n.clone(), v.clone()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Waits until `identity` has exactly `expected` beyond what `baseline` (a ServiceAccount with no
+/// binding) has in `namespace`; panics with the difference otherwise.
+async fn assert_exact_rules(
+    identity: &Client,
+    baseline: &Client,
+    namespace: &str,
+    expected: &BTreeSet<Grant>,
+    mode: &str,
+) {
+    wait_for(
+        &format!("{mode}: exactly the expected permissions in namespace {namespace}"),
+        Duration::from_secs(20),
+        || async {
+            let base = rules_in(baseline, namespace).await?;
+            let got: BTreeSet<Grant> = rules_in(identity, namespace)
+                .await?
+                .difference(&base)
+                .cloned()
+                .collect();
+            if &got == expected {
+                Ok(())
+            } else {
+                Err(format!(
+                    "beyond what is needed: {:?}; missing: {:?}",
+                    got.difference(expected).collect::<Vec<_>>(),
+                    expected.difference(&got).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await;
+}
+
+/// One mode: render, apply the identity's objects, check its permissions, run kube-reloader as
+/// that identity and drive reloads of every kind the mode handles.
+async fn prove(mode: &str, reloader_values: Value) {
+    let admin = client().await;
+    let release = TestNamespace::new(&format!("rbac-{mode}")).await;
+    let workloads = TestNamespace::with_labels(
+        &format!("rbac-{mode}-app"),
+        json!({"kube-reloader-rbac": release.name}),
+    )
+    .await;
+    let unrelated = TestNamespace::new(&format!("rbac-{mode}-other")).await;
+
+    // The control plane is shared with other tests running now: kube-reloader only looks at
+    // configs carrying this test's label and only at workloads using this test's annotation
+    // names, so in cluster-wide mode it neither acts on other tests' objects nor lets their
+    // controllers act on ours. Neither value changes the RBAC (tests/chart.rs checks that).
+    let mut values = json!({ "reloader": reloader_values });
+    let key = |what: &str| format!("{}.test/{what}", release.name);
+    values["reloader"]["resourceLabelSelector"] =
+        json!(format!("kube-reloader-rbac={}", release.name));
+    values["reloader"]["custom_annotations"] = json!({
+        "auto": key("auto"), "configmap": key("configmap"), "secret": key("secret"),
+        "configmap_auto": key("configmap-auto"), "secret_auto": key("secret-auto"),
+        "search": key("search"), "match": key("match"), "ignore": key("ignore"),
+        "pausePeriod": key("pause-period"), "pauseTime": key("paused-at"),
+    });
+    if values["reloader"]["watchGlobally"] == false {
+        values["reloader"]["namespaces"] = json!([workloads.name]);
+    }
+    if values["reloader"]["namespaceSelector"] == "SELF" {
+        values["reloader"]["namespaceSelector"] =
+            json!(format!("kube-reloader-rbac={}", release.name));
+    }
+    // Capabilities as `helm install` sees them (DeploymentConfigs are served once a test has
+    // installed their CRD, and kube-reloader then detects and watches them).
+    let served = served_api_versions();
+    let openshift_served = served.iter().any(|v| v == "apps.openshift.io/v1");
+    let needs = Needs::of(&values, openshift_served);
+    if needs.argo || needs.openshift || needs.csi {
+        let mut names = Vec::new();
+        if needs.argo {
+            names.push(crds::ARGO_ROLLOUTS);
+        }
+        if needs.openshift {
+            names.push(crds::DEPLOYMENT_CONFIGS);
+        }
+        if needs.csi {
+            names.push(crds::SECRET_PROVIDER_CLASSES);
+            names.push(crds::SECRET_PROVIDER_CLASS_POD_STATUSES);
+        }
+        crds::ensure(&admin, &names).await;
+    }
+    let served = served_api_versions();
+    let api_args = api_version_args(&served);
+    let api_args: Vec<&str> = api_args.iter().map(String::as_str).collect();
+
+    let release_name = release.name.clone();
+    let objects = template(&release_name, &release.name, &values, &api_args);
+    let identity_objects: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some(
+                    "ServiceAccount"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Role"
+                        | "RoleBinding"
+                )
+            )
+        })
+        .collect();
+    let _cleanup = ClusterScoped(
+        identity_objects
+            .iter()
+            .filter(|o| o["metadata"]["namespace"].is_null())
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap().to_string(),
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect(),
+    );
+    let applied = kubectl_admin(&["apply", "-f", "-"], Some(&as_list(&identity_objects)));
+    assert!(
+        applied.ok,
+        "{mode}: applying the RBAC objects: {}",
+        applied.stderr
+    );
+
+    // The identity, and a ServiceAccount without any binding to compare with.
+    let service_account = one(&objects, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    create(
+        &admin,
+        &release.name,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "unbound"}}),
+    )
+    .await;
+    let me = identity_of(&admin, &release.name, &service_account).await;
+    let nobody = identity_of(&admin, &release.name, "unbound").await;
+    let watched = vec![workloads.name.clone()];
+    for ns in [&release.name, &workloads.name, &unrelated.name] {
+        let expected = needs.in_namespace(ns, &release.name, &watched);
+        assert_exact_rules(&me.client, &nobody.client, ns, &expected, mode).await;
+    }
+
+    // Workloads of every kind the mode handles, all using one ConfigMap (or Secret).
+    let c = &admin;
+    let ns = &workloads.name;
+    let ours = json!({"kube-reloader-rbac": release.name});
+    let (config_kind, config_name) = if needs.configmaps {
+        let cm = with_labels(configmap("app-config", json!({"k": "v1"})), ours.clone());
+        create(c, ns, cm).await;
+        ("CONFIGMAP", "app-config")
+    } else {
+        let sec = with_labels(secret("app-config", json!({"k": "v1"})), ours.clone());
+        create(c, ns, sec).await;
+        ("SECRET", "app-config")
+    };
+    let uses = if needs.configmaps {
+        env_from_configmap(config_name)
+    } else {
+        env_from_secret(config_name)
+    };
+    let auto = json!({ key("auto"): "true" });
+    create(
+        c,
+        ns,
+        deployment("web", auto.clone(), pod_spec(uses.clone(), json!([]))),
+    )
+    .await;
+    if needs.cronjobs {
+        create(
+            c,
+            ns,
+            cronjob("nightly", auto.clone(), pod_spec(uses.clone(), json!([]))),
+        )
+        .await;
+    }
+    let job_uid = if needs.jobs {
+        let j = create(
+            c,
+            ns,
+            job("once", auto.clone(), pod_spec(uses.clone(), json!([]))),
+        )
+        .await;
+        j.metadata.uid
+    } else {
+        None
+    };
+    if needs.argo {
+        let mut rollout = deployment("canary", auto.clone(), pod_spec(uses.clone(), json!([])));
+        rollout["apiVersion"] = json!("argoproj.io/v1alpha1");
+        rollout["kind"] = json!("Rollout");
+        create(c, ns, rollout).await;
+    }
+
+    // kube-reloader with the chart's args and env, as that ServiceAccount.
+    let pod = format!("{service_account}-7d9f-x2x4q");
+    let env = resolved_env(&objects, &pod, &release.name);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args = args(&objects);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let controller = Controller::start_as(&me.kubeconfig, &args, &env).await;
+
+    if needs.configmaps {
+        set_configmap_data(c, ns, config_name, json!({"k": "v2"})).await;
+    } else {
+        set_secret_data(c, ns, config_name, json!({"k": "v2"})).await;
+    }
+    let var = format!("STAKATER_APP_CONFIG_{config_kind}");
+    wait_for(
+        &format!("{mode}: Deployment web rolled"),
+        Duration::from_secs(20),
+        || async {
+            deployment_env(c, ns, "web", &var)
+                .await
+                .map(|_| ())
+                .ok_or_else(|| format!("no {var} yet"))
+        },
+    )
+    .await;
+    if needs.cronjobs {
+        wait_for(
+            &format!("{mode}: a Job created from CronJob nightly"),
+            Duration::from_secs(20),
+            || async {
+                let jobs = api_for(c, ns, "batch/v1", "Job")
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                jobs.items
+                    .iter()
+                    .any(|j| {
+                        j.metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.kind == "CronJob" && o.name == "nightly")
+                    })
+                    .then_some(())
+                    .ok_or_else(|| format!("{} Jobs, none from nightly", jobs.items.len()))
+            },
+        )
+        .await;
+    }
+    if needs.jobs {
+        wait_for(
+            &format!("{mode}: Job once re-created"),
+            Duration::from_secs(20),
+            || async {
+                let j = get(c, ns, "batch/v1", "Job", "once")
+                    .await
+                    .ok_or("Job once is gone")?;
+                let uid = j["metadata"]["uid"].as_str().map(String::from);
+                (uid != job_uid)
+                    .then_some(())
+                    .ok_or_else(|| "still the original Job".to_string())
+            },
+        )
+        .await;
+    }
+    if needs.argo {
+        wait_for(
+            &format!("{mode}: Rollout canary rolled"),
+            Duration::from_secs(20),
+            || async {
+                let r = get(c, ns, "argoproj.io/v1alpha1", "Rollout", "canary")
+                    .await
+                    .ok_or("no Rollout")?;
+                env_value(&r, "/spec/template", &var)
+                    .map(|_| ())
+                    .ok_or_else(|| format!("no {var} yet"))
+            },
+        )
+        .await;
+    }
+    // The Event about the reload was written (events create), and reloader-meta-info exists.
+    wait_for(
+        &format!("{mode}: a Reloaded Event on Deployment web"),
+        Duration::from_secs(10),
+        || async {
+            let events = events_about(c, ns, "Deployment", "web").await;
+            events
+                .iter()
+                .any(|e| e.reason == "Reloaded")
+                .then_some(())
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
+    assert!(
+        get(c, &release.name, "v1", "ConfigMap", "reloader-meta-info")
+            .await
+            .is_some(),
+        "{mode}: reloader-meta-info was not published:\n{}",
+        controller.logs()
+    );
+    if needs.leases {
+        let leases = api_for(c, &release.name, "coordination.k8s.io/v1", "Lease")
+            .list(&Default::default())
+            .await
+            .unwrap();
+        assert!(
+            !leases.items.is_empty(),
+            "{mode}: no Lease in the release namespace:\n{}",
+            controller.logs()
+        );
+    }
+
+    // Nothing the controller tried was refused.
+    let logs = controller.logs();
+    let refused: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().contains("forbidden"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "{mode}: kube-reloader was refused something:\n{}",
+        refused.join("\n")
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_mode_needs_a_cluster_role_and_the_meta_info_configmap() {
+    prove("global", json!({})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_mode_needs_nothing_cluster_wide() {
+    prove("scoped", json!({"watchGlobally": false})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_adds_reading_namespaces() {
+    prove("selector", json!({"namespaceSelector": "SELF"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharding_adds_leases_in_the_release_namespace_only() {
+    prove("sharded", json!({"deployment": {"replicas": 2}})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_sharding_adds_only_reading_namespaces_cluster_wide() {
+    prove(
+        "scoped-sharded",
+        json!({"watchGlobally": false, "sharding": {"enabled": true}}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_ha_adds_leases_in_the_release_namespace_only() {
+    prove(
+        "ha",
+        json!({"enableHA": true, "sharding": {"enabled": false}}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argo_openshift_and_csi_add_their_kinds_only() {
+    prove(
+        "crd-kinds",
+        json!({"isArgoRollouts": true, "isOpenshift": true, "enableCSIIntegration": true}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignoring_jobs_and_cronjobs_drops_batch_entirely() {
+    prove(
+        "no-batch",
+        json!({"ignoreJobs": true, "ignoreCronJobs": true, "ignoreConfigMaps": true}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cronjobs_without_jobs_need_only_job_create() {
+    prove(
+        "cron-only",
+        json!({"ignoreJobs": true, "ignoreSecrets": true}),
+    )
+    .await;
+}
