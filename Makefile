@@ -12,6 +12,7 @@ export CARGO_TARGET_DIR ?= $(CACHE)/target
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
 toolchain:
 	@bash hack/toolchain.sh >/dev/null
+	@bash hack/helm.sh >/dev/null
 
 ## Start (or reuse) the local control plane.
 cluster:
@@ -70,4 +71,4 @@ chart-test: toolchain
 ## What CI checks besides the tests.
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --locked --all-targets -- -D warnings
+	cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -127,6 +127,7 @@ fn bench_fan_out(c: &mut Criterion) {
                     }),
                     ignore: false,
                     matched: false,
+                    resource_version: 0,
                 }
             })
             .collect();

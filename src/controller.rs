@@ -27,6 +27,10 @@ use crate::watch::WatchContext;
 /// How long in-flight writes may take to finish on SIGTERM.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long a leaving replica waits for others to take its namespaces over (the default pod
+/// termination grace period is 30 s: hand-over plus drain fit in it).
+const HANDOVER_DEADLINE: Duration = Duration::from_secs(15);
+
 fn queue_settings(settings: &Settings) -> QueueSettings {
     QueueSettings {
         min_reload_interval: settings.min_reload_interval,
@@ -200,6 +204,11 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             anyhow::bail!("the shard coordinator stopped: {e:?}");
         }
         _ = shutdown_signal() => {
+            // Sharded: keep acting until the replicas taking over have synced our namespaces.
+            if let Some(c) = &coordinator {
+                info!("shutting down: handing namespaces over");
+                c.hand_over(HANDOVER_DEADLINE).await;
+            }
             info!("shutting down: no new work, finishing in-flight writes");
             watching.abort();
             let drained = engine.queue().drain(DRAIN_DEADLINE).await;

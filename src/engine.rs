@@ -44,6 +44,9 @@ pub enum Phase {
     Startup,
     /// A live event, or a relist after a broken watch (differences then are real changes).
     Live,
+    /// A list made while the watch keeps running (a namespace gained): the watch may already
+    /// have delivered something newer than the list's snapshot, so it only fills gaps.
+    Backfill,
 }
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
@@ -80,6 +83,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             return 0;
         }
         let observed_at = Instant::now();
+        if phase == Phase::Backfill {
+            // Never replace what the watch delivered with an older snapshot: that would "change"
+            // the config back and roll workloads to a superseded hash.
+            self.index.insert_config_if_absent(key, state);
+            return 0;
+        }
         match (self.index.apply_config(key.clone(), state), phase) {
             (ConfigTransition::Unchanged, _) => 0,
             (ConfigTransition::Changed, _) => self.fan_out(&key, &state, false, observed_at),
@@ -214,7 +223,10 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     /// After a sync (start, a namespace entering the selection): queue workloads whose recorded
     /// hash differs from their config's current hash. Workloads with no recorded hash are left
     /// alone, so a start never rolls the cluster.
-    pub fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
+    pub fn reconcile_recorded(
+        &self,
+        namespaces: Option<&std::collections::HashSet<String>>,
+    ) -> usize {
         let mut queued = 0;
         for entry in self.index.workloads_in(None) {
             if namespaces.is_some_and(|set| !set.contains(&*entry.key.namespace)) {

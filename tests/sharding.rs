@@ -19,6 +19,10 @@ use common::objects::*;
 use common::{Controller, client, wait_for};
 use kube_reloader::shard::Assignment;
 
+/// The scenarios run one at a time: each starts several controllers, and on a 2-core CI machine
+/// running them side by side would measure the machine, not the protocol.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Test timings: short Leases so failover fits in a test (the defaults are Reloader's 15/10/2 s).
 const LEASE: Duration = Duration::from_secs(4);
 const SHARD_FLAGS: [&str; 3] = [
@@ -189,6 +193,7 @@ async fn wait_owned(replicas: &[&Controller], total: usize, within: Duration) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_does_not_churn() {
+    let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-split", 300).await;
     let r0 = fleet.replica("r0", &[]).await;
     let r1 = fleet.replica("r1", &[]).await;
@@ -198,7 +203,7 @@ async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_d
         .await;
 
     // 1. Each namespace owned by exactly one replica; each owns 100 +/- 20.
-    let counts = wait_owned(&[&r0, &r1, &r2], 300, Duration::from_secs(20)).await;
+    let counts = wait_owned(&[&r0, &r1, &r2], 300, Duration::from_secs(40)).await;
     for c in &counts {
         assert!((80..=120).contains(c), "uneven split {counts:?}");
     }
@@ -350,6 +355,7 @@ async fn change(fleet: &Fleet, ns: &str, value: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded_once() {
+    let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-crash", 24).await;
     workloads(&fleet, 24).await;
     let rollouts = record_rollouts(&fleet);
@@ -454,6 +460,7 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_nothing() {
+    let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-scale", 30).await;
     workloads(&fleet, 30).await;
     let rollouts = record_rollouts(&fleet);
@@ -463,7 +470,7 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
     fleet.wait_members(&["r0"], Duration::from_secs(20)).await;
 
     // 20+ changes per second, round-robin, for the whole scale-up and scale-down: every 100 ms
-    // a batch of three, sent concurrently so API latency does not slow the rate down.
+    // a batch of five, sent concurrently so API latency does not slow the rate down.
     let driver = {
         let client = fleet.client.clone();
         let namespaces = fleet.namespaces.clone();
@@ -474,7 +481,7 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             while start.elapsed() < Duration::from_secs(24) {
                 tick.tick().await;
-                let batch: Vec<(String, u32)> = (0..3)
+                let batch: Vec<(String, u32)> = (0..5)
                     .map(|_| {
                         i += 1;
                         (namespaces[i as usize % namespaces.len()].clone(), i + 10)
@@ -543,11 +550,19 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
     // ...and no config change rolled a workload twice.
     let seen = rollouts.lock().unwrap().clone();
     let total: usize = seen.values().map(Vec::len).sum();
+    // No config change rolls a workload twice in a row (a duplicate rollout).
     for (ns, hashes) in &seen {
         let mut dedup = hashes.clone();
         dedup.dedup();
         assert_eq!(&dedup, hashes, "{ns}: duplicate rollout");
     }
+    // Known open defect (docs/sharding.md): during a handover a lagging writer can still write an
+    // older hash after a newer one (A, B, A, B). Counted and reported, not hidden.
+    let rewrites: usize = seen
+        .values()
+        .map(|h| h.len() - h.iter().collect::<std::collections::HashSet<_>>().len())
+        .sum();
+    eprintln!("stale re-writes of an older hash during handovers: {rewrites}");
     // Every change was reloaded, unless the next change of the same config came so soon
     // (under 300 ms) that both were coalesced into one write, which is by design.
     let mut missed = Vec::new();
@@ -571,6 +586,7 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_writes_nothing_for_namespaces_it_lost() {
+    let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-pause", 24).await;
     workloads(&fleet, 24).await;
     let rollouts = record_rollouts(&fleet);

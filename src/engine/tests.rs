@@ -58,6 +58,7 @@ fn state(value: &str) -> ConfigState {
         }),
         ignore: false,
         matched: false,
+        resource_version: 0,
     }
 }
 
@@ -222,4 +223,29 @@ async fn fan_out_coalesces_two_configs_of_one_workload() {
     let total: usize = writes.0.lock().unwrap().iter().map(|w| w.1.len()).sum();
     assert_eq!(total, 2);
     assert!(writes.0.lock().unwrap().len() <= 2);
+}
+
+#[tokio::test]
+async fn a_backfill_list_never_rolls_back_what_the_watch_delivered() {
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e.config_applied(cfg(), state("v1"), Phase::Startup);
+    assert_eq!(e.config_applied(cfg(), state("v2"), Phase::Live), 1);
+    // A list taken before v2 arrives late: it must not look like a change back to v1.
+    assert_eq!(e.config_applied(cfg(), state("v1"), Phase::Backfill), 0);
+    assert_eq!(e.index.config(&cfg()), Some(state("v2")));
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+    // For a config the watch has not delivered yet, the list fills the gap silently.
+    let other = ConfigKey::new(ConfigKind::ConfigMap, "ns", "other");
+    assert_eq!(
+        e.config_applied(other.clone(), state("x"), Phase::Backfill),
+        0
+    );
+    assert_eq!(e.index.config(&other), Some(state("x")));
 }

@@ -12,6 +12,9 @@ pub struct ConfigState {
     pub digest: Digest,
     pub ignore: bool,
     pub matched: bool,
+    /// The object's resourceVersion as a number (0: unknown). Used only to order two views of
+    /// the same object: a watch event older than a list already applied is not a change.
+    pub resource_version: u64,
 }
 
 /// One config a workload's pod template uses.

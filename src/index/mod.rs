@@ -24,6 +24,15 @@ use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
 
 type Map<K, V> = DashMap<K, V, RandomState>;
 
+/// A resourceVersion as a number, 0 when it is not one (it is opaque by contract; the API
+/// server backed by etcd hands out increasing revisions, which is what ordering relies on).
+pub fn resource_version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
+    meta.resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// What an applied config event means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigTransition {
@@ -61,10 +70,38 @@ impl ReverseIndex {
     // ---- configs ----
 
     pub fn apply_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
-        match self.configs.insert(key, state) {
-            None => ConfigTransition::Created,
-            Some(old) if old.digest.blake3 != state.digest.blake3 => ConfigTransition::Changed,
-            Some(_) => ConfigTransition::Unchanged,
+        match self.configs.entry(key) {
+            dashmap::Entry::Vacant(v) => {
+                v.insert(state);
+                ConfigTransition::Created
+            }
+            dashmap::Entry::Occupied(mut o) => {
+                let old = *o.get();
+                // A late watch event older than what a list already gave us: not a change back.
+                if state.resource_version != 0
+                    && old.resource_version != 0
+                    && state.resource_version < old.resource_version
+                {
+                    return ConfigTransition::Unchanged;
+                }
+                o.insert(state);
+                if old.digest.blake3 != state.digest.blake3 {
+                    ConfigTransition::Changed
+                } else {
+                    ConfigTransition::Unchanged
+                }
+            }
+        }
+    }
+
+    /// Stores `state` only when nothing is known of `key`; true if it was stored.
+    pub fn insert_config_if_absent(&self, key: ConfigKey, state: ConfigState) -> bool {
+        match self.configs.entry(key) {
+            dashmap::Entry::Occupied(_) => false,
+            dashmap::Entry::Vacant(v) => {
+                v.insert(state);
+                true
+            }
         }
     }
 

@@ -46,6 +46,7 @@ fn state(byte: u8) -> ConfigState {
         },
         ignore: false,
         matched: false,
+        resource_version: 0,
     }
 }
 
@@ -159,4 +160,27 @@ fn concurrent_updates_never_lose_edges() {
     assert_eq!(idx.candidates(&cm("shared")).len(), 80);
     // Names with an odd suffix were last written with i odd, so they use "odd" too.
     assert_eq!(idx.candidates(&cm("odd")).len(), 40);
+}
+
+#[test]
+fn an_event_older_than_what_is_stored_is_not_a_change() {
+    let idx = ReverseIndex::new();
+    let at = |byte, rv| ConfigState {
+        resource_version: rv,
+        ..state(byte)
+    };
+    assert_eq!(
+        idx.apply_config(cm("c"), at(2, 20)),
+        ConfigTransition::Created
+    );
+    // A lagging watch delivers the older version after a list gave the newer one.
+    assert_eq!(
+        idx.apply_config(cm("c"), at(1, 10)),
+        ConfigTransition::Unchanged
+    );
+    assert_eq!(idx.config(&cm("c")).unwrap().resource_version, 20);
+    assert_eq!(
+        idx.apply_config(cm("c"), at(3, 30)),
+        ConfigTransition::Changed
+    );
 }

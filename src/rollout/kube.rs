@@ -120,6 +120,9 @@ impl KubeWriter {
         key: &WorkloadKey,
         changes: &[QueuedChange],
     ) -> Result<WriteOutcome, WriteError> {
+        // Counted from before the ownership check to the end of the write: a replica giving this
+        // namespace up waits for it before telling the next owner to start.
+        let _in_flight = self.ownership.start_write(&key.namespace);
         // A queued write can outlive this replica's ownership of the namespace: re-check first.
         if !self.ownership.owns(&key.namespace) {
             return Ok(WriteOutcome::Dropped("namespace not owned"));

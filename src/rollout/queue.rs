@@ -53,6 +53,10 @@ pub enum WriteError {
     /// 4xx that a retry will not fix (forbidden, invalid).
     #[error("{0}")]
     Permanent(String),
+    /// Not this replica's turn yet (a namespace it is taking over is still handled by the
+    /// previous owner): retried shortly, not counted as a failure.
+    #[error("waiting: {0}")]
+    NotYet(String),
 }
 
 impl WriteError {
@@ -61,6 +65,7 @@ impl WriteError {
             WriteError::Conflict(_) => "conflict",
             WriteError::Transient(_) => "transient",
             WriteError::Permanent(_) => "permanent",
+            WriteError::NotYet(_) => "not_yet",
         }
     }
 }
@@ -261,7 +266,7 @@ async fn dispatch<W: WorkloadWriter, O: QueueObserver>(
 }
 
 async fn process<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>, key: WorkloadKey) {
-    let changes = {
+    let mut changes = {
         let mut state = inner.state.lock().expect("queue lock");
         state.scheduled.remove(&key);
         let Some(changes) = state.pending.remove(&key) else {
@@ -276,7 +281,7 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>, 
         .first()
         .map(|c| c.span.clone())
         .unwrap_or_else(Span::none);
-    let (result, attempts) = write_with_retries(inner, &key, &changes)
+    let (result, attempts) = write_with_retries(inner, &key, &mut changes)
         .instrument(span.clone())
         .await;
     let result_label = match &result {
@@ -314,13 +319,18 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>, 
 async fn write_with_retries<W: WorkloadWriter, O: QueueObserver>(
     inner: &Inner<W, O>,
     key: &WorkloadKey,
-    changes: &[QueuedChange],
+    changes: &mut Vec<QueuedChange>,
 ) -> (Result<WriteOutcome, WriteError>, u32) {
     let settings = &inner.settings;
     let mut attempts = 0u32;
     let mut conflicts = 0u32;
     let mut backoff = settings.backoff_base;
     loop {
+        // A retried or held write takes in what arrived meanwhile: a newer hash for the same
+        // config replaces the older one, so a retry never writes a superseded value.
+        if attempts > 0 {
+            absorb_pending(inner, key, changes);
+        }
         attempts += 1;
         let started = Instant::now();
         inner.limiter.until_ready().await;
@@ -329,6 +339,11 @@ async fn write_with_retries<W: WorkloadWriter, O: QueueObserver>(
         let error = match result {
             Ok(outcome) => return (Ok(outcome), attempts),
             Err(WriteError::Permanent(m)) => return (Err(WriteError::Permanent(m)), attempts),
+            Err(WriteError::NotYet(reason)) => {
+                debug!(workload = %key, reason, "holding the write");
+                tokio::time::sleep(HOLD_RETRY).await;
+                continue;
+            }
             Err(e) => e,
         };
         inner.observer.retry(key, &error);
@@ -345,6 +360,28 @@ async fn write_with_retries<W: WorkloadWriter, O: QueueObserver>(
         }
     }
 }
+
+fn absorb_pending<W, O>(inner: &Inner<W, O>, key: &WorkloadKey, changes: &mut Vec<QueuedChange>) {
+    let newer = inner.state.lock().expect("queue lock").pending.remove(key);
+    for change in newer.into_iter().flatten() {
+        match changes
+            .iter_mut()
+            .find(|c| c.change.config == change.change.config)
+        {
+            Some(same) => {
+                let observed_at = same.observed_at;
+                *same = QueuedChange {
+                    observed_at,
+                    ..change
+                };
+            }
+            None => changes.push(change),
+        }
+    }
+}
+
+/// How often a held write checks again whether it may go out.
+const HOLD_RETRY: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests;

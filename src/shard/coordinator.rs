@@ -55,8 +55,12 @@ pub struct Coordinator {
     changes: mpsc::UnboundedSender<OwnershipChange>,
     /// The generation whose gained namespaces are fully indexed here.
     synced: Arc<AtomicU64>,
+    /// The generation whose previous assignment this replica no longer acts on.
+    released: AtomicU64,
     first_assignment: watch::Sender<bool>,
     leader: std::sync::atomic::AtomicBool,
+    /// Shutting down: hand our namespaces over before exiting.
+    leaving: std::sync::atomic::AtomicBool,
 }
 
 impl Coordinator {
@@ -74,8 +78,10 @@ impl Coordinator {
             state,
             changes,
             synced: Arc::new(AtomicU64::new(0)),
+            released: AtomicU64::new(0),
             first_assignment: watch::channel(false).0,
             leader: Default::default(),
+            leaving: Default::default(),
         })
     }
 
@@ -117,7 +123,47 @@ impl Coordinator {
         }
     }
 
-    /// Graceful exit: leave the membership and resign, so others take over at once.
+    /// Graceful exit, first half: ask to be left out of the assignment and keep acting until the
+    /// replicas taking over our namespaces have synced them (or `deadline` passes), so a scale
+    /// down leaves no gap.
+    pub async fn hand_over(&self, deadline: Duration) {
+        self.leaving.store(true, Ordering::Release);
+        let until = Instant::now() + deadline;
+        let me = self.settings.me.as_str();
+        while Instant::now() < until {
+            let view = self.state.view();
+            let out = view
+                .current
+                .as_ref()
+                .is_some_and(|a| !a.members.iter().any(|m| m == me));
+            if out && view.previous.is_none() {
+                info!("namespaces handed over");
+                return;
+            }
+            // Renew now rather than at the next tick, so the leader sees `leaving` sooner.
+            let _ = self.renew_once().await;
+            tokio::time::sleep(self.settings.retry_period / 2).await;
+        }
+        warn!("hand-over not complete at the deadline; leaving anyway");
+    }
+
+    async fn renew_once(&self) -> Result<(), kube::Error> {
+        let duration = self.settings.lease_duration.as_secs().max(1) as i32;
+        let synced = self.synced.load(Ordering::Acquire);
+        let released = self.released.load(Ordering::Acquire);
+        let leaving = self.leaving.load(Ordering::Acquire);
+        lease::renew_member(
+            &self.leases(),
+            &self.settings.me,
+            duration,
+            synced,
+            released,
+            leaving,
+        )
+        .await
+    }
+
+    /// Graceful exit, second half: leave the membership and resign, so others take over at once.
     pub async fn shutdown(&self) {
         self.state.fence();
         lease::leave(&self.leases(), &self.settings.me).await;
@@ -125,11 +171,9 @@ impl Coordinator {
     }
 
     async fn membership_loop(self: Arc<Self>) -> anyhow::Result<()> {
-        let duration = self.settings.lease_duration.as_secs().max(1) as i32;
         let mut last_ok: Option<Instant> = None;
         loop {
-            let synced = self.synced.load(Ordering::Acquire);
-            match lease::renew_member(&self.leases(), &self.settings.me, duration, synced).await {
+            match self.renew_once().await {
                 Ok(()) => {
                     // Back from the dead (a pause longer than the Lease): our namespaces may have
                     // moved. Re-read the assignment before writing anything again.
@@ -180,6 +224,14 @@ impl Coordinator {
     /// The members the assignment should hold now.
     fn desired_members(&self, members: &[Member]) -> Vec<String> {
         if !self.settings.sharding {
+            // Leader-only mode: a leaving leader hands everything to another live member.
+            if self.leaving.load(Ordering::Acquire) {
+                return members
+                    .iter()
+                    .find(|m| m.live && !m.leaving && m.identity != self.settings.me)
+                    .map(|m| vec![m.identity.clone()])
+                    .unwrap_or_else(|| vec![self.settings.me.clone()]);
+            }
             return vec![self.settings.me.clone()];
         }
         let mut live: BTreeSet<String> = members
@@ -267,10 +319,23 @@ impl Coordinator {
         // Keep acting on what the last completed assignment gave us until every member has synced
         // the new one. If generations follow each other before a handover completes, the older,
         // completed one stays: replacing it would leave namespaces with nobody acting on them.
-        let previous = view.previous.clone().or_else(|| view.current.clone());
+        // A replica's first assignment has no previous one of its own, but other replicas may still
+        // act on what it gains: an empty previous assignment makes it hold its writes until every
+        // live member has released this generation.
+        let previous = view
+            .previous
+            .clone()
+            .or_else(|| view.current.clone())
+            .or_else(|| {
+                Some(Arc::new(Assignment {
+                    generation: 0,
+                    members: Vec::new(),
+                }))
+            });
         self.state.set_view(ShardView {
             current: Some(next.clone()),
             previous,
+            released_previous: false,
         });
         let after = self.owned_now();
         let change = OwnershipChange {
@@ -297,12 +362,22 @@ impl Coordinator {
             .collect()
     }
 
-    /// Drops the previous assignment once every member of the current one has synced it.
+    /// Completes a handover in two steps, both decided from the membership Leases:
+    /// 1. every member of the current assignment has synced it -> stop acting on what only the
+    ///    previous assignment gave us, forget those namespaces, report the generation released;
+    /// 2. every live previous owner has released -> clear `previous`; replicas that gained
+    ///    namespaces start writing only now, so a namespace never has two writers.
     async fn handover_loop(self: Arc<Self>) -> anyhow::Result<()> {
         loop {
             tokio::time::sleep(self.settings.retry_period / 2).await;
             let view = self.state.view();
-            let (Some(current), Some(_)) = (view.current.clone(), view.previous.as_ref()) else {
+            let (Some(current), Some(_previous)) = (view.current.clone(), view.previous.clone())
+            else {
+                // Nothing to hand over: everything up to the current generation is released.
+                if let Some(current) = &view.current {
+                    self.released
+                        .fetch_max(current.generation, Ordering::AcqRel);
+                }
                 continue;
             };
             let members = match lease::members(&self.leases()).await {
@@ -312,31 +387,55 @@ impl Coordinator {
                     continue;
                 }
             };
-            let synced_by_all = current.members.iter().all(|id| {
-                members
-                    .iter()
-                    .any(|m| &m.identity == id && m.synced_generation >= current.generation)
-            });
-            if !synced_by_all {
+            let generation = current.generation;
+            if !view.released_previous {
+                let synced_by_all = current.members.iter().all(|id| {
+                    members
+                        .iter()
+                        .any(|m| &m.identity == id && m.synced_generation >= generation)
+                });
+                if !synced_by_all {
+                    continue;
+                }
+                let before = self.owned_now();
+                self.state.set_view(ShardView {
+                    released_previous: true,
+                    ..view
+                });
+                let after = self.owned_now();
+                let left: Vec<String> = before.difference(&after).cloned().collect();
+                // Writes already started for those namespaces finish before we say so.
+                let deadline = Instant::now() + self.settings.renew_deadline;
+                while self.ownership.writing_in(&left) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                self.released.fetch_max(generation, Ordering::AcqRel);
+                info!(
+                    generation,
+                    released = left.len(),
+                    "gave up namespaces that moved"
+                );
+                let _ = self.changes.send(OwnershipChange {
+                    generation,
+                    entered: vec![],
+                    left,
+                });
+                let _ = self.renew_once().await;
                 continue;
             }
-            let before = self.owned_now();
-            self.state.set_view(ShardView {
-                current: Some(current.clone()),
-                previous: None,
-            });
-            let after = self.owned_now();
-            let left: Vec<String> = before.difference(&after).cloned().collect();
-            info!(
-                generation = current.generation,
-                released = left.len(),
-                "handover complete"
-            );
-            let _ = self.changes.send(OwnershipChange {
-                generation: current.generation,
-                entered: vec![],
-                left,
-            });
+            // Every live member, not only those this replica knew as previous owners (a replica
+            // that just started does not know them). One that is no longer live is fenced.
+            let released_by_all = members
+                .iter()
+                .all(|m| !m.live || m.released_generation >= generation);
+            if released_by_all {
+                self.state.set_view(ShardView {
+                    current: Some(current),
+                    previous: None,
+                    released_previous: false,
+                });
+                info!(generation, "handover complete");
+            }
         }
     }
 }

@@ -11,6 +11,10 @@ use serde_json::json;
 pub const LEADER_LEASE: &str = "stakater-reloader-lock";
 pub const MEMBER_LABEL: &str = "kube-reloader.io/member";
 pub const SYNCED_ANNOTATION: &str = "kube-reloader.io/synced-generation";
+/// The generation whose previous assignment this replica no longer acts on.
+pub const RELEASED_ANNOTATION: &str = "kube-reloader.io/released-generation";
+/// Set by a replica shutting down: the leader reassigns its namespaces while it keeps acting.
+pub const LEAVING_ANNOTATION: &str = "kube-reloader.io/leaving";
 const FIELD_MANAGER: &str = "kube-reloader";
 
 pub fn member_lease_name(me: &str) -> String {
@@ -27,6 +31,8 @@ pub async fn renew_member(
     me: &str,
     duration_secs: i32,
     synced_generation: u64,
+    released_generation: u64,
+    leaving: bool,
 ) -> Result<(), kube::Error> {
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
@@ -34,7 +40,11 @@ pub async fn renew_member(
         "metadata": {
             "name": member_lease_name(me),
             "labels": {MEMBER_LABEL: "true"},
-            "annotations": {SYNCED_ANNOTATION: synced_generation.to_string()}
+            "annotations": {
+                SYNCED_ANNOTATION: synced_generation.to_string(),
+                RELEASED_ANNOTATION: released_generation.to_string(),
+                LEAVING_ANNOTATION: leaving.to_string()
+            }
         },
         "spec": {
             "holderIdentity": me,
@@ -64,6 +74,8 @@ pub struct Member {
     pub identity: String,
     pub live: bool,
     pub synced_generation: u64,
+    pub released_generation: u64,
+    pub leaving: bool,
 }
 
 /// Every member Lease, with liveness judged against this replica's clock.
@@ -81,15 +93,24 @@ pub async fn members(api: &Api<Lease>) -> Result<Vec<Member>, kube::Error> {
             let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
             let renewed = spec.renew_time.map(|t| t.0)?;
             let live = renewed.as_second() + duration > now.as_second();
-            let synced_generation = l
-                .metadata
-                .annotations
-                .and_then(|a| a.get(SYNCED_ANNOTATION).and_then(|g| g.parse().ok()))
+            let annotations = l.metadata.annotations.unwrap_or_default();
+            let synced_generation = annotations
+                .get(SYNCED_ANNOTATION)
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(0);
+            let leaving = annotations
+                .get(LEAVING_ANNOTATION)
+                .is_some_and(|v| v == "true");
+            let released_generation = annotations
+                .get(RELEASED_ANNOTATION)
+                .and_then(|g| g.parse().ok())
                 .unwrap_or(0);
             Some(Member {
                 identity,
                 live,
                 synced_generation,
+                released_generation,
+                leaving,
             })
         })
         .collect())

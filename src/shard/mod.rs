@@ -24,6 +24,9 @@ use dashmap::DashSet;
 pub struct ShardView {
     pub current: Option<Arc<Assignment>>,
     pub previous: Option<Arc<Assignment>>,
+    /// This replica stopped acting on what only `previous` gave it (every member has synced
+    /// `current`); `previous` is cleared once every previous owner has released it too.
+    pub released_previous: bool,
 }
 
 #[derive(Debug)]
@@ -51,10 +54,29 @@ impl ShardState {
 
     fn assigned(&self, namespace: &str) -> bool {
         let view = self.view.read().expect("shard view lock");
-        [&view.current, &view.previous]
+        let previous = if view.released_previous {
+            &None
+        } else {
+            &view.previous
+        };
+        [&view.current, previous]
             .into_iter()
             .flatten()
             .any(|a| a.owner(namespace) == Some(self.me.as_str()))
+    }
+
+    /// Gained in the current assignment while the previous owner may still act on it: this replica
+    /// indexes and queues, but holds its writes until every previous owner has released, so one
+    /// namespace never has two writers (a lagging one could write an older hash after a newer one).
+    fn holds(&self, namespace: &str) -> bool {
+        let view = self.view.read().expect("shard view lock");
+        match (&view.current, &view.previous) {
+            (Some(current), Some(previous)) => {
+                current.owner(namespace) == Some(self.me.as_str())
+                    && previous.owner(namespace) != Some(self.me.as_str())
+            }
+            _ => false,
+        }
     }
 
     pub fn view(&self) -> ShardView {
@@ -93,6 +115,26 @@ pub struct Ownership {
     /// namespaces that exist and are selected.
     selected: Option<DashSet<Arc<str>, ahash::RandomState>>,
     shard: Option<Arc<ShardState>>,
+    /// Writes started and not finished, by namespace: a replica giving namespaces up announces it
+    /// only once these are done, so the next owner never writes while an old write is in flight.
+    writes_in_flight: dashmap::DashMap<Arc<str>, usize, ahash::RandomState>,
+}
+
+/// Counts a write as in flight for its namespace until dropped.
+pub struct WriteGuard<'a> {
+    ownership: &'a Ownership,
+    namespace: Arc<str>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.ownership
+            .writes_in_flight
+            .remove_if_mut(&self.namespace, |_, n| {
+                *n -= 1;
+                *n == 0
+            });
+    }
 }
 
 impl Ownership {
@@ -101,6 +143,7 @@ impl Ownership {
             ignored: ignored.into_iter().collect(),
             selected: selector_active.then(DashSet::default),
             shard: None,
+            writes_in_flight: Default::default(),
         }
     }
 
@@ -110,6 +153,7 @@ impl Ownership {
             ignored: ignored.into_iter().collect(),
             selected: Some(DashSet::default()),
             shard: Some(shard),
+            writes_in_flight: Default::default(),
         }
     }
 
@@ -127,6 +171,27 @@ impl Ownership {
     /// False while fenced: a replica that could not renew its membership writes nothing.
     pub fn may_write(&self) -> bool {
         self.shard.as_ref().is_none_or(|s| s.fresh())
+    }
+
+    /// Marks a write to `namespace` as started; it ends when the guard is dropped.
+    pub fn start_write(&self, namespace: &Arc<str>) -> WriteGuard<'_> {
+        *self.writes_in_flight.entry(namespace.clone()).or_default() += 1;
+        WriteGuard {
+            ownership: self,
+            namespace: namespace.clone(),
+        }
+    }
+
+    /// True while a write to any of `namespaces` is in flight.
+    pub fn writing_in(&self, namespaces: &[String]) -> bool {
+        namespaces
+            .iter()
+            .any(|ns| self.writes_in_flight.contains_key(ns.as_str()))
+    }
+
+    /// True while this replica must hold writes for `namespace` (taking it over, see `holds`).
+    pub fn holds_writes(&self, namespace: &str) -> bool {
+        self.shard.as_ref().is_some_and(|s| s.holds(namespace))
     }
 
     pub fn shard(&self) -> Option<&Arc<ShardState>> {
@@ -201,6 +266,7 @@ mod tests {
         me.set_view(ShardView {
             current: Some(solo.clone()),
             previous: None,
+            released_previous: false,
         });
         assert!(namespaces.iter().all(|ns| o.owns(ns)));
         let pair = Arc::new(Assignment {
@@ -210,6 +276,7 @@ mod tests {
         me.set_view(ShardView {
             current: Some(pair.clone()),
             previous: Some(solo),
+            released_previous: false,
         });
         assert!(
             namespaces.iter().all(|ns| o.owns(ns)),
@@ -218,6 +285,7 @@ mod tests {
         me.set_view(ShardView {
             current: Some(pair),
             previous: None,
+            released_previous: false,
         });
         let mine = namespaces.iter().filter(|ns| o.owns(ns)).count();
         assert!((10..40).contains(&mine), "{mine}");

@@ -250,6 +250,7 @@ where
         let annotations = obj.annotations();
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
         let matched = self.flag(annotations, &self.settings.keys.match_);
+        let resource_version = crate::index::resource_version(obj.meta());
         match self.pool.digest(obj.into_payload()).await {
             Ok(digest) => Prepared::Applied {
                 key,
@@ -257,6 +258,7 @@ where
                     digest,
                     ignore,
                     matched,
+                    resource_version,
                 },
                 initial,
             },
@@ -313,6 +315,8 @@ where
             digest,
             ignore: self.flag(&annotations, &self.settings.keys.ignore),
             matched: self.flag(&annotations, &self.settings.keys.match_),
+            // Pod statuses of one class come from several objects: their versions do not order.
+            resource_version: 0,
         };
         Some((key, state))
     }

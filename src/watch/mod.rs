@@ -173,8 +173,12 @@ where
         while let Some(change) = link.changes.recv().await {
             // Gains up to the start generation were covered by the first lists.
             if change.generation > start_generation {
-                let entered: Vec<String> =
-                    change.entered.iter().filter(|ns| self.engine.ownership.owns(ns)).cloned().collect();
+                let entered: Vec<String> = change
+                    .entered
+                    .iter()
+                    .filter(|ns| self.engine.ownership.owns(ns))
+                    .cloned()
+                    .collect();
                 self.namespaces_entered(&entered).await;
             }
             for ns in &change.left {

@@ -123,7 +123,10 @@ where
             }
         };
         for target in &targets {
-            for kind in WorkloadKind::ALL.into_iter().filter(|k| self.settings.handles_workload(*k)) {
+            for kind in WorkloadKind::ALL
+                .into_iter()
+                .filter(|k| self.settings.handles_workload(*k))
+            {
                 let ar = api_resource(kind);
                 let api: Api<DynamicObject> = match target {
                     Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
@@ -132,12 +135,19 @@ where
                 match list_all(&api, ListParams::default()).await {
                     Ok(items) => {
                         for obj in items {
-                            if obj.metadata.namespace.as_deref().is_some_and(|ns| wanted.contains(ns)) {
+                            if obj
+                                .metadata
+                                .namespace
+                                .as_deref()
+                                .is_some_and(|ns| wanted.contains(ns))
+                            {
                                 self.apply_workload(kind, obj).await;
                             }
                         }
                     }
-                    Err(e) => warn!(namespace = ?target, kind = kind.as_str(), error = %e, "could not list workloads"),
+                    Err(e) => {
+                        warn!(namespace = ?target, kind = kind.as_str(), error = %e, "could not list workloads")
+                    }
                 }
             }
             if self.settings.watches_config(ConfigKind::ConfigMap) {
@@ -178,9 +188,22 @@ where
             let key = ConfigKey::new(K::KIND, &namespace, &obj.name_any());
             let annotations = obj.annotations().clone();
             let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
-            let (ignore, matched) = (flag(&self.settings.keys.ignore), flag(&self.settings.keys.match_));
+            let (ignore, matched) = (
+                flag(&self.settings.keys.ignore),
+                flag(&self.settings.keys.match_),
+            );
+            let resource_version = crate::index::resource_version(obj.meta());
             if let Ok(digest) = self.pool.digest(obj.into_payload()).await {
-                self.engine.config_applied(key, ConfigState { digest, ignore, matched }, Phase::Startup);
+                self.engine.config_applied(
+                    key,
+                    ConfigState {
+                        digest,
+                        ignore,
+                        matched,
+                        resource_version,
+                    },
+                    Phase::Backfill,
+                );
             }
         }
     }

@@ -1,0 +1,450 @@
+//! What was asked for (config changes, each with the workloads that should roll and the hash they
+//! should carry) and what was seen (template changes on the workload watch), and the verdict.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use serde::Serialize;
+
+use crate::objects::ConfigRef;
+
+const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
+
+/// One config write made by the load generator.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    pub id: usize,
+    pub config: ConfigRef,
+    pub hash: String,
+    /// Workload keys (`ns/name`) expected to roll to `hash`.
+    pub expected: Vec<String>,
+    /// Seconds since the run epoch.
+    pub t_sent: f64,
+    pub t_ack: Option<f64>,
+    pub error: Option<String>,
+    pub tag: String,
+}
+
+/// A reloader-managed field of a pod template that took a new value.
+#[derive(Debug, Clone, Serialize)]
+pub struct Observation {
+    pub workload: String,
+    /// Env var name, or `TYPE/name` from the annotations strategy's JSON.
+    pub source: String,
+    pub hash: String,
+    pub t: f64,
+    pub generation: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct FieldValue {
+    raw: String,
+    hash: String,
+    source: String,
+}
+
+#[derive(Debug, Default)]
+struct WorkloadState {
+    generation: i64,
+    fields: BTreeMap<String, FieldValue>,
+}
+
+/// Shared state of a run: the ledger of changes and the workload watch's findings.
+#[derive(Default)]
+pub struct State {
+    pub changes: Vec<Change>,
+    by_hash: HashMap<String, usize>,
+    by_config: HashMap<ConfigRef, Vec<usize>>,
+    workloads: HashMap<String, WorkloadState>,
+    pub observations: Vec<Observation>,
+    /// (workload, hash) -> indices into `observations`.
+    seen: HashMap<(String, String), Vec<usize>>,
+    /// Template changes (generation bumps) that changed no reloader field.
+    pub foreign_template_changes: Vec<(String, f64)>,
+    /// Reloader fields that disappeared from a template.
+    pub removed_fields: Vec<(String, String, f64)>,
+    pub watch_synced: bool,
+    pub watch_errors: u64,
+    pub watch_events: u64,
+}
+
+impl State {
+    /// Records a change before it is written (so a fast reload cannot be seen before it is known).
+    pub fn register(
+        &mut self,
+        config: ConfigRef,
+        hash: String,
+        expected: Vec<String>,
+        t_sent: f64,
+        tag: &str,
+    ) -> usize {
+        let id = self.changes.len();
+        self.by_hash.insert(hash.clone(), id);
+        self.by_config.entry(config.clone()).or_default().push(id);
+        self.changes.push(Change {
+            id,
+            config,
+            hash,
+            expected,
+            t_sent,
+            t_ack: None,
+            error: None,
+            tag: tag.to_string(),
+        });
+        id
+    }
+
+    pub fn ack(&mut self, id: usize, t: f64) {
+        self.changes[id].t_ack = Some(t);
+    }
+
+    pub fn fail(&mut self, id: usize, error: String) {
+        self.changes[id].error = Some(error);
+    }
+
+    pub fn workloads_known(&self) -> usize {
+        self.workloads.len()
+    }
+
+    pub fn apply(&mut self, d: &Deployment, t: f64) {
+        self.watch_events += 1;
+        let Some(key) = workload_key(d) else { return };
+        let generation = d.metadata.generation.unwrap_or(0);
+        let fields = reloader_fields(d);
+        let prev = self.workloads.remove(&key);
+        let mut state = WorkloadState { generation, fields };
+        match prev {
+            None => {
+                for f in state.fields.values() {
+                    self.observe(&key, f, t, generation);
+                }
+            }
+            Some(prev) if generation < prev.generation => state = prev,
+            Some(prev) if generation == prev.generation => {}
+            Some(prev) => {
+                let mut changed = false;
+                for (name, f) in &state.fields {
+                    if prev.fields.get(name).is_none_or(|p| p.raw != f.raw) {
+                        changed = true;
+                        self.observe(&key, f, t, generation);
+                    }
+                }
+                for name in prev.fields.keys() {
+                    if !state.fields.contains_key(name) {
+                        changed = true;
+                        self.removed_fields.push((key.clone(), name.clone(), t));
+                    }
+                }
+                if !changed {
+                    self.foreign_template_changes.push((key.clone(), t));
+                }
+            }
+        }
+        self.workloads.insert(key, state);
+    }
+
+    pub fn delete(&mut self, d: &Deployment) {
+        if let Some(key) = workload_key(d) {
+            self.workloads.remove(&key);
+        }
+    }
+
+    fn observe(&mut self, key: &str, f: &FieldValue, t: f64, generation: i64) {
+        let idx = self.observations.len();
+        self.observations.push(Observation {
+            workload: key.to_string(),
+            source: f.source.clone(),
+            hash: f.hash.clone(),
+            t,
+            generation,
+        });
+        self.seen
+            .entry((key.to_string(), f.hash.clone()))
+            .or_default()
+            .push(idx);
+    }
+
+    fn pair_seen(&self, workload: &str, hash: &str) -> bool {
+        self.seen
+            .contains_key(&(workload.to_string(), hash.to_string()))
+    }
+
+    /// A later change of the same config reached this workload (the controller may fold
+    /// changes it has not written yet into one rollout).
+    fn superseded(&self, c: &Change, workload: &str) -> bool {
+        self.by_config[&c.config]
+            .iter()
+            .filter(|&&id| id > c.id)
+            .any(|&id| self.pair_seen(workload, &self.changes[id].hash))
+    }
+
+    /// Expected reloads not seen yet (neither directly nor through a later change).
+    pub fn pending(&self) -> usize {
+        self.changes
+            .iter()
+            .filter(|c| c.error.is_none())
+            .map(|c| {
+                c.expected
+                    .iter()
+                    .filter(|w| !self.pair_seen(w, &c.hash) && !self.superseded(c, w))
+                    .count()
+            })
+            .sum()
+    }
+
+    pub fn expected_pairs(&self) -> usize {
+        self.changes
+            .iter()
+            .filter(|c| c.error.is_none())
+            .map(|c| c.expected.len())
+            .sum()
+    }
+
+    /// Times (run clock) at which workload templates were seen changing, in order.
+    pub fn template_change_times(&self) -> Vec<f64> {
+        let mut gens: BTreeMap<(String, i64), f64> = BTreeMap::new();
+        for o in &self.observations {
+            gens.entry((o.workload.clone(), o.generation))
+                .or_insert(o.t);
+        }
+        for (w, t) in &self.foreign_template_changes {
+            gens.insert((w.clone(), -1 - gens.len() as i64), *t);
+        }
+        let mut times: Vec<f64> = gens.into_values().collect();
+        times.sort_by(f64::total_cmp);
+        times
+    }
+
+    /// The verdict, and the latency of every reload that happened.
+    pub fn evaluate(&self, initial: &BTreeMap<String, ConfigRef>) -> (Verdict, Vec<Reload>) {
+        let mut v = Verdict {
+            changes: self.changes.len(),
+            ..Default::default()
+        };
+        let mut reloads = Vec::new();
+        let mut explained: HashSet<usize> = HashSet::new();
+        for c in &self.changes {
+            if let Some(e) = &c.error {
+                v.write_errors += 1;
+                push_example(
+                    &mut v.examples,
+                    format!("write of {} failed: {e}", c.config),
+                );
+                continue;
+            }
+            let expected_source = c.config.env_var();
+            let annotation_source = format!("{}/{}", c.config.kind.env_suffix(), c.config.name);
+            for w in &c.expected {
+                v.expected_reloads += 1;
+                match self.seen.get(&(w.clone(), c.hash.clone())) {
+                    Some(idxs) => {
+                        explained.extend(idxs.iter().copied());
+                        v.reloaded += 1;
+                        let first = &self.observations[idxs[0]];
+                        if first.source != expected_source && first.source != annotation_source {
+                            v.wrong_field += 1;
+                            push_example(
+                                &mut v.examples,
+                                format!("{w}: hash of {} written to {}", c.config, first.source),
+                            );
+                        }
+                        if idxs.len() > 1 {
+                            v.duplicates += idxs.len() - 1;
+                            push_example(
+                                &mut v.examples,
+                                format!(
+                                    "{w}: template changed {} times for change #{} of {}",
+                                    idxs.len(),
+                                    c.id,
+                                    c.config
+                                ),
+                            );
+                        }
+                        if let Some(ack) = c.t_ack {
+                            reloads.push(Reload {
+                                change: c.id,
+                                workload: w.clone(),
+                                latency_s: first.t - ack,
+                                tag: c.tag.clone(),
+                                t_seen: first.t,
+                            });
+                        }
+                        // A reload of an older change after a newer one: the workload went back.
+                        let newer_seen_before = self.by_config[&c.config]
+                            .iter()
+                            .filter(|&&id| id > c.id)
+                            .filter_map(|&id| {
+                                self.seen.get(&(w.clone(), self.changes[id].hash.clone()))
+                            })
+                            .flatten()
+                            .any(|&i| self.observations[i].t < first.t);
+                        if newer_seen_before {
+                            v.stale += 1;
+                            push_example(
+                                &mut v.examples,
+                                format!("{w}: rolled back to change #{} of {}", c.id, c.config),
+                            );
+                        }
+                    }
+                    None if self.superseded(c, w) => v.coalesced += 1,
+                    None => {
+                        v.missing += 1;
+                        push_example(
+                            &mut v.examples,
+                            format!(
+                                "{w}: never rolled for change #{} of {} ({})",
+                                c.id, c.config, c.tag
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        for (i, o) in self.observations.iter().enumerate() {
+            if explained.contains(&i) {
+                continue;
+            }
+            v.unexpected += 1;
+            let why = if let Some(&id) = self.by_hash.get(&o.hash) {
+                format!(
+                    "{} rolled for change #{} of {} it does not use",
+                    o.workload, id, self.changes[id].config
+                )
+            } else if let Some(c) = initial.get(&o.hash) {
+                format!("{} rolled to the initial content of {c}", o.workload)
+            } else {
+                format!(
+                    "{} rolled to unknown hash {} ({})",
+                    o.workload, o.hash, o.source
+                )
+            };
+            push_example(&mut v.examples, why);
+        }
+        for (w, _) in &self.foreign_template_changes {
+            v.unexpected += 1;
+            push_example(
+                &mut v.examples,
+                format!("{w}: template changed, no reloader field did"),
+            );
+        }
+        for (w, f, _) in &self.removed_fields {
+            v.unexpected += 1;
+            push_example(&mut v.examples, format!("{w}: {f} removed"));
+        }
+        v.passed = v.write_errors == 0
+            && v.missing == 0
+            && v.unexpected == 0
+            && v.duplicates == 0
+            && v.stale == 0
+            && v.wrong_field == 0;
+        (v, reloads)
+    }
+}
+
+fn push_example(examples: &mut Vec<String>, s: String) {
+    if examples.len() < 20 {
+        examples.push(s);
+    }
+}
+
+/// Correctness of a run.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Verdict {
+    pub changes: usize,
+    pub write_errors: usize,
+    /// (change, workload) pairs that should roll.
+    pub expected_reloads: usize,
+    pub reloaded: usize,
+    /// Not rolled for this change, but for a later change of the same config (allowed).
+    pub coalesced: usize,
+    /// Expected reloads that did not happen.
+    pub missing: usize,
+    /// Reloads nobody asked for (unknown hash, initial content, a config the workload does
+    /// not use, a template change without a reloader field change, a removed field).
+    pub unexpected: usize,
+    /// Extra template changes for one change of one workload.
+    pub duplicates: usize,
+    /// A workload rolled to an older change after a newer one.
+    pub stale: usize,
+    /// The hash was written to a variable (or annotation) of another config.
+    pub wrong_field: usize,
+    pub passed: bool,
+    pub examples: Vec<String>,
+}
+
+/// One reload that happened, with its latency (config write acknowledged -> template change seen).
+#[derive(Debug, Clone, Serialize)]
+pub struct Reload {
+    pub change: usize,
+    pub workload: String,
+    pub latency_s: f64,
+    pub tag: String,
+    pub t_seen: f64,
+}
+
+fn workload_key(d: &Deployment) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        d.metadata.namespace.as_deref()?,
+        d.metadata.name.as_deref()?
+    ))
+}
+
+#[derive(serde::Deserialize)]
+struct LastReloadedFrom {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    hash: String,
+}
+
+/// The fields Reloader (and kube-reloader) write: `STAKATER_*` env vars in any container and
+/// the `last-reloaded-from` template annotation.
+fn reloader_fields(d: &Deployment) -> BTreeMap<String, FieldValue> {
+    let mut out = BTreeMap::new();
+    let template = &d.spec.template;
+    if let Some(spec) = &template.spec {
+        let containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter());
+        for c in containers {
+            for e in c.env.iter().flatten() {
+                if e.name.starts_with("STAKATER_") {
+                    let value = e.value.clone().unwrap_or_default();
+                    out.insert(
+                        format!("env/{}/{}", c.name, e.name),
+                        FieldValue {
+                            raw: value.clone(),
+                            hash: value,
+                            source: e.name.clone(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+    if let Some(raw) = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(LAST_RELOADED_FROM))
+    {
+        let parsed: Option<LastReloadedFrom> = serde_json::from_str(raw).ok();
+        let (hash, source) = parsed
+            .map(|p| (p.hash, format!("{}/{}", p.kind, p.name)))
+            .unwrap_or_else(|| (raw.clone(), "annotation".into()));
+        out.insert(
+            "annotation".into(),
+            FieldValue {
+                raw: raw.clone(),
+                hash,
+                source,
+            },
+        );
+    }
+    out
+}

@@ -1,0 +1,1415 @@
+//! Load test for kube-reloader, or any controller that speaks Reloader's protocol: creates
+//! labelled namespaces, configs and Deployments on a real API server, starts the controller from
+//! a command line, drives config changes, and measures reload latency (on the load generator's
+//! clock), the controller's memory, CPU and API requests, and correctness (every expected reload
+//! happened once, nothing else did). See loadtest/README.md.
+
+mod apimetrics;
+mod controller;
+mod hash;
+mod ledger;
+mod objects;
+mod proxy;
+mod report;
+mod scenario;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine as _;
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+use controller::ControllerProc;
+use ledger::State;
+use objects::{ConfigRef, Kind, OwnRequests, Population, RUN_LABEL, WorkloadSpec};
+use scenario::{Plan, Rng, Scale, Scenario};
+
+static START: OnceLock<Instant> = OnceLock::new();
+
+pub fn log(msg: &str) {
+    let t = START.get_or_init(Instant::now).elapsed().as_secs_f64();
+    eprintln!("[loadtest {t:>7.1}s] {msg}");
+}
+
+/// Timing slack of the rate-limit check: request latency jitter between the controller's limiter
+/// and the proxy's clock on a shared 2-core machine (the strict excess is reported too).
+const RATE_SLACK_S: f64 = 0.25;
+
+const DEFAULT_CMD: &str =
+    "{bin} --namespace-selector={selector} --metrics-addr={metrics_addr} {scenario_flags}";
+
+/// Load test for kube-reloader (or another Reloader-compatible controller) against a real API
+/// server. Exit code: 0 all correct, 1 a correctness check failed, 2 the run itself failed.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "kube-reloader-loadtest", version)]
+struct Args {
+    #[arg(long, value_enum, default_value = "steady")]
+    scenario: Scenario,
+
+    #[arg(long, value_enum, default_value = "small")]
+    scale: Scale,
+
+    /// The controller under test, run as `bash -c "exec <cmd>"` in its own process group with
+    /// KUBECONFIG set. Placeholders: {bin} {selector} (kube-reloader-loadtest=<run id>) {run_id}
+    /// {metrics_addr} (127.0.0.1:<free port>) {metrics_port} {scenario_flags} {kubeconfig}.
+    #[arg(long, env = "CONTROLLER_CMD", default_value = DEFAULT_CMD)]
+    controller_cmd: String,
+
+    /// What {bin} stands for (default: the last line of `make -s binary`).
+    #[arg(long, env = "KUBE_RELOADER_BIN")]
+    controller_bin: Option<String>,
+
+    /// Name of the controller in the report and in the result file names.
+    #[arg(long)]
+    controller_label: Option<String>,
+
+    /// Polled until it answers 200: the controller is ready (same placeholders). "none": do not
+    /// wait (the time to ready is then not measured).
+    #[arg(long, default_value = "http://{metrics_addr}/ready")]
+    ready_url: String,
+
+    /// Scraped once at the end and saved next to the results ("none" to skip).
+    #[arg(long, default_value = "http://{metrics_addr}/metrics")]
+    metrics_url: String,
+
+    /// Kubeconfig of the cluster (default: the local control plane, `hack/cluster.sh kubeconfig`).
+    #[arg(long, env = "LOADTEST_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Where results go (default: loadtest/results).
+    #[arg(long)]
+    results_dir: Option<PathBuf>,
+
+    /// Let the controller talk to the API server directly instead of through the counting proxy
+    /// (its requests are then only visible in the API server's cluster-wide metrics).
+    #[arg(long)]
+    direct: bool,
+
+    /// Keep the namespaces of the run (default: deleted at the end).
+    #[arg(long)]
+    keep: bool,
+
+    /// Delete every namespace left by earlier runs (label kube-reloader-loadtest) and exit.
+    #[arg(long)]
+    cleanup: bool,
+
+    /// Override the scale's number of namespaces.
+    #[arg(long)]
+    namespaces: Option<usize>,
+    /// Override the scale's number of workloads (each with its own ConfigMap and Secret).
+    #[arg(long)]
+    workloads: Option<usize>,
+    /// Override the number of changes.
+    #[arg(long)]
+    changes: Option<usize>,
+    /// Override the change rate (changes per second).
+    #[arg(long)]
+    rate: Option<f64>,
+
+    /// Requests in flight while creating objects.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+
+    /// Seed of the choices of configs to change.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    START.get_or_init(Instant::now);
+    let args = Args::parse();
+    tokio::select! {
+        r = run(args) => match r {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                log(&format!("ERROR: {e:#}"));
+                ExitCode::from(2)
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            log("interrupted; the controller is stopped, namespaces are left (run with --cleanup)");
+            ExitCode::from(130)
+        }
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("loadtest/ is inside the repository")
+        .to_path_buf()
+}
+
+fn last_line_of(cmd: &mut std::process::Command, what: &str) -> Result<String> {
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!("{what} exited with {}", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string())
+}
+
+async fn kube_client(path: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+async fn run(args: Args) -> Result<bool> {
+    let kubeconfig = match &args.kubeconfig {
+        Some(p) => p.clone(),
+        None => PathBuf::from(last_line_of(
+            std::process::Command::new("bash")
+                .arg(repo_root().join("hack/cluster.sh"))
+                .arg("kubeconfig"),
+            "hack/cluster.sh kubeconfig",
+        )?),
+    };
+    let client = kube_client(&kubeconfig).await?;
+    if args.cleanup {
+        let n = objects::delete_namespaces(&client, RUN_LABEL, args.concurrency).await?;
+        log(&format!("deleting {n} load-test namespaces"));
+        return Ok(true);
+    }
+    let results_dir = args
+        .results_dir
+        .clone()
+        .unwrap_or_else(|| repo_root().join("loadtest/results"));
+    std::fs::create_dir_all(&results_dir)?;
+    let bin = if args.controller_cmd.contains("{bin}") {
+        Some(match &args.controller_bin {
+            Some(b) => b.clone(),
+            None => {
+                log("building the controller: make -s binary");
+                last_line_of(
+                    std::process::Command::new("make")
+                        .arg("-s")
+                        .arg("binary")
+                        .current_dir(repo_root()),
+                    "make -s binary",
+                )?
+            }
+        })
+    } else {
+        None
+    };
+    let scenarios: Vec<Scenario> = if args.scenario == Scenario::All {
+        Scenario::EACH.to_vec()
+    } else {
+        vec![args.scenario]
+    };
+    let mut all_passed = true;
+    let mut summary = Vec::new();
+    for s in scenarios {
+        let started = Instant::now();
+        let (passed, md_row) =
+            run_one(&args, s, &kubeconfig, &results_dir, bin.as_deref(), &client).await?;
+        log(&format!(
+            "{} / {}: {} in {:.0}s",
+            s.name(),
+            args.scale.name(),
+            if passed { "PASS" } else { "FAIL" },
+            started.elapsed().as_secs_f64()
+        ));
+        all_passed &= passed;
+        summary.push(md_row);
+    }
+    if summary.len() > 1 {
+        let mut md = String::from(
+            "| scenario | verdict | reloads | missing | unexpected | duplicates | p50 ms | p99 ms | max ms | ready s | peak RSS MiB | CPU s | controller requests |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        for row in &summary {
+            md.push_str(row);
+            md.push('\n');
+        }
+        let path = results_dir.join(format!(
+            "summary-{}{}.md",
+            args.scale.name(),
+            label_suffix(&args)
+        ));
+        std::fs::write(&path, &md)?;
+        println!("{md}");
+        log(&format!("summary: {}", path.display()));
+    }
+    Ok(all_passed)
+}
+
+fn label_suffix(args: &Args) -> String {
+    args.controller_label
+        .as_ref()
+        .map(|l| {
+            format!(
+                "-{}",
+                l.replace(
+                    |c: char| !c.is_ascii_alphanumeric() && !".-".contains(c),
+                    "_"
+                )
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Everything the change drivers share.
+struct Ctx {
+    client: Client,
+    epoch: Instant,
+    state: Arc<Mutex<State>>,
+    own: Arc<OwnRequests>,
+    run_id: String,
+    pop: Population,
+    concurrency: usize,
+    nonce: AtomicUsize,
+    /// Tag of the changes written now (restart: before-kill / while-down / after-restart).
+    phase: Mutex<String>,
+}
+
+impl Ctx {
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    fn set_phase(&self, p: &str) {
+        *self.phase.lock().unwrap() = p.to_string();
+    }
+
+    /// A new, unique payload (of `size` bytes if given).
+    fn payload(&self, size: Option<usize>) -> Vec<u8> {
+        let n = self.nonce.fetch_add(1, Ordering::Relaxed);
+        let mut p = format!("{}-change-{n}-", self.run_id).into_bytes();
+        if let Some(size) = size {
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ n as u64;
+            const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+            while p.len() < size {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                p.push(ALNUM[(x >> 33) as usize % ALNUM.len()]);
+            }
+        }
+        p
+    }
+
+    /// Writes a new payload into `config` and records the change; returns its id.
+    async fn change(&self, config: &ConfigRef, size: Option<usize>) -> usize {
+        let payload = self.payload(size);
+        let hash = config.hash_of(&payload);
+        let expected = self.pop.users.get(config).cloned().unwrap_or_default();
+        let tag = self.phase.lock().unwrap().clone();
+        let id =
+            self.state
+                .lock()
+                .unwrap()
+                .register(config.clone(), hash, expected, self.now(), &tag);
+        let body = match config.kind {
+            Kind::ConfigMap => {
+                json!({"data": {objects::DATA_KEY: String::from_utf8_lossy(&payload)}})
+            }
+            Kind::Secret => json!({"data": {
+                objects::DATA_KEY: base64::engine::general_purpose::STANDARD.encode(&payload)
+            }}),
+        };
+        let r = self.patch_config(config, &body).await;
+        let mut st = self.state.lock().unwrap();
+        match r {
+            Ok(()) => st.ack(id, self.now()),
+            Err(e) => st.fail(id, format!("{e:#}")),
+        }
+        id
+    }
+
+    async fn patch_config(&self, c: &ConfigRef, body: &Value) -> Result<()> {
+        let pp = PatchParams::default();
+        let patch = Patch::Merge(body);
+        match c.kind {
+            Kind::ConfigMap => {
+                self.own.add("patch", "configmaps");
+                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &c.namespace);
+                objects::with_retry(&format!("patching {c}"), || api.patch(&c.name, &pp, &patch))
+                    .await?;
+            }
+            Kind::Secret => {
+                self.own.add("patch", "secrets");
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), &c.namespace);
+                objects::with_retry(&format!("patching {c}"), || api.patch(&c.name, &pp, &patch))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn patch_workload_metadata(&self, w: &WorkloadSpec, body: &Value) -> Result<()> {
+        self.own.add("patch", "deployments");
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &w.namespace);
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(body));
+        objects::with_retry(&format!("patching {}", w.key()), || {
+            api.patch(&w.name, &pp, &patch)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Changes `configs` at `rate` per second (each write in its own task, so a slow write does
+    /// not delay the schedule).
+    async fn drive_at_rate(
+        self: &Arc<Self>,
+        configs: Vec<ConfigRef>,
+        rate: f64,
+        size: Option<usize>,
+    ) {
+        let start = tokio::time::Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, c) in configs.into_iter().enumerate() {
+            tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+            let ctx = self.clone();
+            tasks.spawn(async move {
+                ctx.change(&c, size).await;
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Changes all `configs` at once (`concurrency` writes in flight).
+    async fn drive_burst(&self, configs: Vec<ConfigRef>) {
+        futures::stream::iter(configs.iter().map(|c| self.change(c, None)))
+            .buffer_unordered(self.concurrency)
+            .collect::<Vec<_>>()
+            .await;
+    }
+
+    /// Waits until every expected reload happened (or was folded into a later one).
+    async fn wait_reloads(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        let mut last_log = Instant::now();
+        loop {
+            let (pending, total) = {
+                let st = self.state.lock().unwrap();
+                (st.pending(), st.expected_pairs())
+            };
+            if pending == 0 {
+                return true;
+            }
+            if start.elapsed() > timeout {
+                log(&format!(
+                    "gave up waiting: {pending}/{total} expected reloads not seen after {timeout:?}"
+                ));
+                return false;
+            }
+            if last_log.elapsed() > Duration::from_secs(10) {
+                log(&format!("  waiting for reloads: {pending}/{total} pending"));
+                last_log = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Distinct workloads of the standard population, one of their two configs each.
+    fn pick_configs(&self, rng: &mut Rng, n: usize, standard: usize) -> Vec<ConfigRef> {
+        rng.sample(standard, n)
+            .into_iter()
+            .map(|j| {
+                let w = &self.pop.workloads[j];
+                w.configs[rng.below(w.configs.len())].clone()
+            })
+            .collect()
+    }
+}
+
+/// Watches the run's Deployments and records every change of a reloader field.
+async fn observe(client: Client, run_id: String, state: Arc<Mutex<State>>, epoch: Instant) {
+    let api: Api<Deployment> = Api::all(client);
+    let cfg = watcher::Config::default()
+        .labels(&format!("{RUN_LABEL}={run_id}"))
+        .page_size(1000);
+    let mut stream = watcher::watcher(api, cfg).boxed();
+    while let Some(ev) = stream.next().await {
+        let t = epoch.elapsed().as_secs_f64();
+        let error = {
+            let mut st = state.lock().unwrap();
+            match ev {
+                Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
+                    st.apply(&d, t);
+                    None
+                }
+                Ok(watcher::Event::Delete(d)) => {
+                    st.delete(&d);
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    st.watch_synced = true;
+                    None
+                }
+                Ok(watcher::Event::Init) => None,
+                Err(e) => {
+                    st.watch_errors += 1;
+                    Some(e.to_string())
+                }
+            }
+        };
+        if let Some(e) = error {
+            log(&format!("workload watch error (retrying): {e}"));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn fill(template: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut s = template.to_string();
+    for (k, v) in vars {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
+fn file_sha1(path: &str) -> Option<String> {
+    use sha1::Digest;
+    let bytes = std::fs::read(path).ok()?;
+    Some(
+        sha1::Sha1::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_string())
+        .unwrap_or_default();
+    let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0);
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model,
+        "mem_gib": (mem_kib as f64 / 1048576.0 * 10.0).round() / 10.0,
+        "note": "shared with other work; see loadavg",
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[allow(clippy::too_many_lines)]
+async fn run_one(
+    args: &Args,
+    scenario: Scenario,
+    kubeconfig: &Path,
+    results_dir: &Path,
+    bin: Option<&str>,
+    client: &Client,
+) -> Result<(bool, String)> {
+    let epoch = Instant::now();
+    let name = format!(
+        "{}-{}{}",
+        scenario.name(),
+        args.scale.name(),
+        label_suffix(args)
+    );
+    let mut plan = Plan::new(scenario, args.scale);
+    if let Some(n) = args.namespaces {
+        plan.namespaces = n.max(1);
+    }
+    if let Some(n) = args.workloads {
+        plan.workloads = n.max(1);
+    }
+    if let Some(n) = args.changes {
+        plan.changes = n;
+        plan.kill_after = n / 3;
+    }
+    if let Some(r) = args.rate {
+        plan.rate = r;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos() as u64;
+    let run_id = format!(
+        "{:06x}",
+        (nanos ^ u64::from(std::process::id()).rotate_left(20)) & 0xff_ffff
+    );
+    let seed = args.seed.unwrap_or(nanos);
+    let mut rng = Rng::new(seed);
+    let loadavg_start = loadavg();
+    log(&format!(
+        "== {name}: run {run_id}, {} namespaces, {} workloads (load avg {loadavg_start})",
+        plan.namespaces, plan.workloads
+    ));
+
+    // ---- population
+    let mut pop = Population::new(&run_id);
+    pop.standard(plan.namespaces, plan.workloads);
+    let standard = pop.workloads.len();
+    let mut special: Vec<ConfigRef> = Vec::new();
+    match scenario {
+        Scenario::Fanout => {
+            let ns = pop.add_namespace("fanout");
+            let shared = ConfigRef {
+                namespace: ns.clone(),
+                kind: Kind::ConfigMap,
+                name: "shared-config".into(),
+            };
+            pop.add_config(shared.clone(), b"initial-shared".to_vec());
+            for k in 0..plan.fanout_width {
+                pop.add_workload(WorkloadSpec {
+                    namespace: ns.clone(),
+                    name: format!("fan-{k}"),
+                    configs: vec![shared.clone()],
+                });
+            }
+            special.push(shared);
+        }
+        Scenario::Large => {
+            let ns = pop.add_namespace("large");
+            for k in 0..plan.large_secrets {
+                let c = ConfigRef {
+                    namespace: ns.clone(),
+                    kind: Kind::Secret,
+                    name: format!("big-{k}"),
+                };
+                let mut p = format!("initial-{k}-").into_bytes();
+                p.resize(plan.large_secret_bytes, b'x');
+                pop.add_config(c.clone(), p);
+                pop.add_workload(WorkloadSpec {
+                    namespace: ns.clone(),
+                    name: format!("big-{k}"),
+                    configs: vec![c.clone()],
+                });
+                special.push(c);
+            }
+        }
+        _ => {}
+    }
+    let initial_hashes = pop.initial_hashes();
+    let own = Arc::new(OwnRequests::default());
+    let t0 = Instant::now();
+    let n_objects = pop.namespaces.len() + pop.configs.len() + pop.workloads.len();
+    log(&format!(
+        "creating {n_objects} objects, {} in flight",
+        args.concurrency
+    ));
+    let created = objects::create_population(client, &pop, args.concurrency, &own).await;
+    let setup_s = t0.elapsed().as_secs_f64();
+    let cleanup = |client: Client, run_id: String, keep: bool, conc: usize| async move {
+        if keep {
+            log(&format!(
+                "keeping namespaces of run {run_id} (label {RUN_LABEL}={run_id})"
+            ));
+        } else {
+            match objects::delete_namespaces(&client, &format!("{RUN_LABEL}={run_id}"), conc).await
+            {
+                Ok(n) => log(&format!(
+                    "deleting the run's {n} namespaces (in the background)"
+                )),
+                Err(e) => log(&format!("cleanup failed: {e:#}")),
+            }
+        }
+    };
+    if let Err(e) = created {
+        cleanup(client.clone(), run_id.clone(), args.keep, args.concurrency).await;
+        return Err(e);
+    }
+    log(&format!(
+        "created {n_objects} objects in {setup_s:.1}s ({:.0}/s)",
+        n_objects as f64 / setup_s
+    ));
+
+    let result = measure(
+        args,
+        scenario,
+        &plan,
+        kubeconfig,
+        results_dir,
+        bin,
+        client,
+        pop,
+        own,
+        epoch,
+        &run_id,
+        &mut rng,
+        standard,
+        special,
+        &initial_hashes,
+    )
+    .await;
+    cleanup(client.clone(), run_id.clone(), args.keep, args.concurrency).await;
+    let mut report = result?;
+    let passed = report["correctness"]["passed"].as_bool().unwrap_or(false);
+    report["run"]["setup_s"] = json!(report::round(setup_s));
+    report["run"]["objects_created"] = json!(n_objects);
+    report["run"]["loadavg_start"] = json!(loadavg_start);
+    report["run"]["seed"] = json!(seed);
+    let md = markdown(&report);
+    std::fs::write(
+        results_dir.join(format!("{name}.json")),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    std::fs::write(results_dir.join(format!("{name}.md")), &md)?;
+    println!("{md}");
+    log(&format!(
+        "results: {}",
+        results_dir
+            .join(format!("{name}.{{json,md,svg}}"))
+            .display()
+    ));
+    Ok((passed, summary_row(&report)))
+}
+
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+async fn measure(
+    args: &Args,
+    scenario: Scenario,
+    plan: &Plan,
+    kubeconfig: &Path,
+    results_dir: &Path,
+    bin: Option<&str>,
+    client: &Client,
+    pop: Population,
+    own: Arc<OwnRequests>,
+    epoch: Instant,
+    run_id: &str,
+    rng: &mut Rng,
+    standard: usize,
+    special: Vec<ConfigRef>,
+    initial_hashes: &BTreeMap<String, ConfigRef>,
+) -> Result<Value> {
+    let name = format!(
+        "{}-{}{}",
+        scenario.name(),
+        args.scale.name(),
+        label_suffix(args)
+    );
+    let n_workloads = pop.workloads.len();
+    let n_configs = pop.configs.len();
+    let n_namespaces = pop.namespaces.len();
+
+    // ---- the load generator's view of the workloads
+    let state = Arc::new(Mutex::new(State::default()));
+    let watch = tokio::spawn(observe(
+        client.clone(),
+        run_id.to_string(),
+        state.clone(),
+        epoch,
+    ));
+    let t_watch = Instant::now();
+    loop {
+        let (synced, known) = {
+            let st = state.lock().unwrap();
+            (st.watch_synced, st.workloads_known())
+        };
+        if synced && known >= n_workloads {
+            break;
+        }
+        if t_watch.elapsed() > Duration::from_secs(300) {
+            watch.abort();
+            bail!("the workload watch saw {known}/{n_workloads} workloads after 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // ---- proxy and controller
+    let proxy = if args.direct {
+        None
+    } else {
+        Some(proxy::Proxy::start(kube_client(kubeconfig).await?, epoch).await?)
+    };
+    let proxy_kubeconfig =
+        std::env::temp_dir().join(format!("kube-reloader-loadtest-{run_id}.kubeconfig"));
+    let controller_kubeconfig = match &proxy {
+        Some(p) => {
+            p.write_kubeconfig(&proxy_kubeconfig)?;
+            proxy_kubeconfig.clone()
+        }
+        None => kubeconfig.to_path_buf(),
+    };
+    let port = free_port()?;
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let scenario_flags = plan.controller_flags(scenario);
+    let vars: BTreeMap<&str, String> = BTreeMap::from([
+        ("bin", bin.unwrap_or_default().to_string()),
+        ("selector", format!("{RUN_LABEL}={run_id}")),
+        ("run_id", run_id.to_string()),
+        ("metrics_addr", metrics_addr.clone()),
+        ("metrics_port", port.to_string()),
+        ("scenario_flags", scenario_flags.clone()),
+        ("kubeconfig", controller_kubeconfig.display().to_string()),
+    ]);
+    if !scenario_flags.is_empty() && !args.controller_cmd.contains("{scenario_flags}") {
+        log(&format!(
+            "WARNING: --controller-cmd has no {{scenario_flags}}: the scenario's flags ({scenario_flags}) are not passed"
+        ));
+    }
+    let cmd = fill(&args.controller_cmd, &vars);
+    let ready_url = fill(&args.ready_url, &vars);
+    let metrics_url = fill(&args.metrics_url, &vars);
+    let log_path = results_dir.join(format!("{name}.controller.log"));
+    let _ = std::fs::remove_file(&log_path);
+    let api_before = apimetrics::scrape(client).await.ok();
+    let own_before = own.snapshot();
+    let sample_every = Duration::from_millis(500);
+    log(&format!("starting the controller: {cmd}"));
+    let mut procs = vec![ControllerProc::spawn(
+        &cmd,
+        &controller_kubeconfig,
+        &log_path,
+        epoch,
+        sample_every,
+    )?];
+    let ready_timeout = Duration::from_secs_f64(plan.ready_timeout_s);
+    let mut ready_times: Vec<f64> = Vec::new();
+    if ready_url != "none" {
+        let ttr = procs[0]
+            .wait_ready(&ready_url, ready_timeout, epoch)
+            .await?;
+        log(&format!("controller ready after {ttr:.2}s"));
+        ready_times.push(ttr);
+    }
+    tokio::time::sleep(Duration::from_secs_f64(plan.warmup_s)).await;
+    let proxy_at_changes = proxy.as_ref().map(|p| p.stats());
+    let t_changes = epoch.elapsed().as_secs_f64();
+
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        epoch,
+        state: state.clone(),
+        own: own.clone(),
+        run_id: run_id.to_string(),
+        pop,
+        concurrency: args.concurrency,
+        nonce: AtomicUsize::new(0),
+        phase: Mutex::new(scenario.name().to_string()),
+    });
+    let mut notes = serde_json::Map::new();
+    let timeout_for = |pairs: usize| Duration::from_secs_f64(plan.wait_base_s + pairs as f64 * 0.1);
+
+    // ---- drive
+    let completed = match scenario {
+        Scenario::Steady | Scenario::Annotations => {
+            let configs = ctx.pick_configs(rng, plan.changes, standard);
+            log(&format!("{} changes at {}/s", configs.len(), plan.rate));
+            ctx.drive_at_rate(configs, plan.rate, None).await;
+            ctx.wait_reloads(timeout_for(plan.changes)).await
+        }
+        Scenario::Burst | Scenario::Ratelimit => {
+            let configs = ctx.pick_configs(rng, plan.changes, standard);
+            log(&format!("{} changes at once", configs.len()));
+            let t = Instant::now();
+            ctx.drive_burst(configs).await;
+            notes.insert(
+                "writes_took_s".into(),
+                json!(report::round(t.elapsed().as_secs_f64())),
+            );
+            ctx.wait_reloads(timeout_for(plan.changes * 3)).await
+        }
+        Scenario::Fanout => {
+            let shared = special[0].clone();
+            let mut ok = true;
+            let mut rounds = Vec::new();
+            for i in 0..plan.fanout_changes {
+                log(&format!(
+                    "fan-out change {}/{} ({} workloads)",
+                    i + 1,
+                    plan.fanout_changes,
+                    plan.fanout_width
+                ));
+                let id = ctx.change(&shared, None).await;
+                ok &= ctx.wait_reloads(timeout_for(plan.fanout_width * 3)).await;
+                let st = state.lock().unwrap();
+                let c = &st.changes[id];
+                let ack = c.t_ack.unwrap_or(c.t_sent);
+                let last = c
+                    .expected
+                    .iter()
+                    .filter_map(|w| {
+                        st.observations
+                            .iter()
+                            .filter(|o| &o.workload == w && o.hash == c.hash)
+                            .map(|o| o.t)
+                            .next()
+                    })
+                    .fold(f64::NAN, f64::max);
+                rounds.push(json!({"change": id, "all_rolled_after_s": report::round((last - ack) * 100.0) / 100.0}));
+            }
+            notes.insert("fanout_rounds".into(), json!(rounds));
+            ok
+        }
+        Scenario::Noop => {
+            let picks = rng.sample(standard, plan.changes);
+            log(&format!(
+                "{} label/annotation-only updates at {}/s",
+                picks.len(),
+                plan.rate
+            ));
+            let start = tokio::time::Instant::now();
+            let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut used = std::collections::HashSet::new();
+            let mut tasks = tokio::task::JoinSet::new();
+            for (i, &j) in picks.iter().enumerate() {
+                tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / plan.rate))
+                    .await;
+                let ctx2 = ctx.clone();
+                let w = ctx.pop.workloads[j].clone();
+                used.insert(j);
+                let c = w.configs[i % w.configs.len()].clone();
+                let initial = ctx.pop.configs[&c].clone();
+                let what = match i % 4 {
+                    0 => "config label",
+                    1 => "config annotation",
+                    2 => "config label+annotation, same data re-sent",
+                    _ => "workload label",
+                };
+                *kinds.entry(what).or_default() += 1;
+                tasks.spawn(async move {
+                    let mark = format!("n{i}");
+                    let r = match i % 4 {
+                        0 => ctx2.patch_config(&c, &json!({"metadata": {"labels": {"loadtest-noop": mark}}})).await,
+                        1 => ctx2.patch_config(&c, &json!({"metadata": {"annotations": {"loadtest/noop": mark}}})).await,
+                        2 => {
+                            let data = match c.kind {
+                                Kind::ConfigMap => json!({objects::DATA_KEY: String::from_utf8_lossy(&initial)}),
+                                Kind::Secret => json!({objects::DATA_KEY: base64::engine::general_purpose::STANDARD.encode(&initial)}),
+                            };
+                            ctx2.patch_config(&c, &json!({"metadata": {"labels": {"loadtest-noop": mark.clone()}, "annotations": {"loadtest/noop": mark}}, "data": data})).await
+                        }
+                        _ => ctx2.patch_workload_metadata(&w, &json!({"metadata": {"labels": {"loadtest-noop": mark}}})).await,
+                    };
+                    if let Err(e) = r {
+                        log(&format!("no-op update failed: {e:#}"));
+                    }
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+            notes.insert("noop_updates".into(), json!(kinds));
+            // Sentinels, after every no-op write was acknowledged: one real change per kind,
+            // so "no reload" is only concluded after later events of both watches took effect.
+            let free: Vec<usize> = (0..standard)
+                .filter(|j| !used.contains(j))
+                .take(1)
+                .collect();
+            let j = free.first().copied().unwrap_or(0);
+            ctx.set_phase("sentinel");
+            let w = ctx.pop.workloads[j].clone();
+            for c in &w.configs {
+                ctx.change(c, None).await;
+            }
+            ctx.wait_reloads(timeout_for(10)).await
+        }
+        Scenario::Large => {
+            let configs: Vec<ConfigRef> = (0..plan.changes)
+                .map(|i| special[i % special.len()].clone())
+                .collect();
+            log(&format!(
+                "{} changes of {} KiB Secrets at {}/s",
+                configs.len(),
+                plan.large_secret_bytes / 1024,
+                plan.rate
+            ));
+            ctx.drive_at_rate(configs, plan.rate, Some(plan.large_secret_bytes))
+                .await;
+            ctx.wait_reloads(timeout_for(plan.changes)).await
+        }
+        Scenario::Restart => {
+            let configs = ctx.pick_configs(rng, plan.changes, standard);
+            // A workload that was never reloaded records no hash, so a change made while the
+            // controller is down cannot be told from the initial state (Reloader's semantics
+            // too): every config is changed once first, and only its second change counts.
+            ctx.set_phase("prime");
+            log(&format!("priming: {} changes at once", configs.len()));
+            ctx.drive_burst(configs.clone()).await;
+            if !ctx.wait_reloads(timeout_for(plan.changes * 3)).await {
+                log("WARNING: not every priming change was reloaded");
+            }
+            log(&format!(
+                "{} changes at {}/s; SIGKILL after {}, down {}s",
+                configs.len(),
+                plan.rate,
+                plan.kill_after,
+                plan.down_s
+            ));
+            ctx.set_phase("before-kill");
+            let kill_at = Duration::from_secs_f64(plan.kill_after as f64 / plan.rate);
+            let drive = ctx.drive_at_rate(configs, plan.rate, None);
+            let chaos = async {
+                tokio::time::sleep(kill_at).await;
+                ctx.set_phase("while-down");
+                log("SIGKILL to the controller");
+                procs[0].kill_hard(epoch).await;
+                tokio::time::sleep(Duration::from_secs_f64(plan.down_s)).await;
+                log("restarting the controller");
+                let mut p = ControllerProc::spawn(
+                    &cmd,
+                    &controller_kubeconfig,
+                    &log_path,
+                    epoch,
+                    sample_every,
+                )?;
+                if ready_url != "none" {
+                    let ttr = p.wait_ready(&ready_url, ready_timeout, epoch).await?;
+                    log(&format!("controller ready again after {ttr:.2}s"));
+                    ready_times.push(ttr);
+                }
+                ctx.set_phase("after-restart");
+                procs.push(p);
+                Ok::<_, anyhow::Error>(())
+            };
+            let ((), chaos) = tokio::join!(drive, chaos);
+            chaos?;
+            ctx.wait_reloads(timeout_for(plan.changes)).await
+        }
+        Scenario::All => unreachable!(),
+    };
+    let t_reloaded = epoch.elapsed().as_secs_f64();
+    log(&format!(
+        "{} expected reloads seen; settling {}s",
+        if completed { "all" } else { "NOT all" },
+        plan.settle_s
+    ));
+    tokio::time::sleep(plan.settle()).await;
+    let t_end = epoch.elapsed().as_secs_f64();
+
+    // ---- final readings
+    let proxy_final = proxy.as_ref().map(|p| p.stats());
+    let api_after = apimetrics::scrape(client).await.ok();
+    let own_after = own.snapshot();
+    if metrics_url != "none" {
+        let u = metrics_url.clone();
+        if let Ok(Some((200, body))) =
+            tokio::task::spawn_blocking(move || controller::http_get(&u)).await
+        {
+            let _ = std::fs::write(
+                results_dir.join(format!("{name}.controller-metrics.txt")),
+                body,
+            );
+        }
+    }
+    let mut exits = Vec::new();
+    let mut per_process = Vec::new();
+    let n_procs = procs.len();
+    for (i, p) in procs.iter_mut().enumerate() {
+        if i + 1 == n_procs {
+            exits.push(p.terminate(Duration::from_secs(15), epoch).await);
+        }
+        let changes_from = if i == 0 {
+            t_changes
+        } else {
+            p.ready_at.unwrap_or(p.started_at)
+        };
+        per_process.push(report::resources(
+            &p.samples(),
+            p.ready_at,
+            p.started_at,
+            changes_from,
+        ));
+    }
+    watch.abort();
+    let _ = std::fs::remove_file(&proxy_kubeconfig);
+
+    // ---- verdict and figures
+    let st = state.lock().unwrap();
+    let (mut verdict, reloads) = st.evaluate(initial_hashes);
+    if !completed && verdict.missing == 0 {
+        verdict.passed = false;
+        verdict
+            .examples
+            .push("timed out waiting for reloads".into());
+    }
+    let mut by_tag: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &reloads {
+        by_tag.entry(r.tag.clone()).or_default().push(r.latency_s);
+    }
+    let all_lat: Vec<f64> = reloads.iter().map(|r| r.latency_s).collect();
+    let latency = report::summarize(&all_lat);
+    let latency_by_tag: BTreeMap<&String, report::LatencySummary> = by_tag
+        .iter()
+        .map(|(k, v)| (k, report::summarize(v)))
+        .collect();
+    let svg = report::cdf_svg(
+        &format!("{name}: reload latency CDF"),
+        &by_tag
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(results_dir.join(format!("{name}.svg")), svg)?;
+
+    // Rate check (ratelimit): the controller's workload writes during the change phase.
+    let write_times: Vec<f64> = match &proxy_final {
+        Some(s) => s
+            .workload_writes
+            .iter()
+            .copied()
+            .filter(|&t| t >= t_changes)
+            .collect(),
+        None => st
+            .template_change_times()
+            .into_iter()
+            .filter(|&t| t >= t_changes)
+            .collect(),
+    };
+    if scenario == Scenario::Ratelimit {
+        let (rate, burst) = (f64::from(plan.limit_rate), f64::from(plan.limit_burst));
+        let (violations, worst, max_1s) =
+            report::rate_envelope(&write_times, rate, burst, RATE_SLACK_S);
+        // The same envelope for the reads that precede each write: the limiter's own output
+        // when the controller takes its token before reading the workload.
+        let read_times: Vec<f64> = proxy_final
+            .as_ref()
+            .map(|s| {
+                s.workload_reads
+                    .iter()
+                    .copied()
+                    .filter(|&t| t >= t_changes)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (_, read_worst, read_max_1s) = report::rate_envelope(&read_times, rate, burst, 0.0);
+        let span = match (write_times.first(), write_times.last()) {
+            (Some(a), Some(b)) => b - a,
+            _ => 0.0,
+        };
+        let ideal = (write_times.len() as f64 - f64::from(plan.limit_burst)).max(0.0)
+            / f64::from(plan.limit_rate);
+        notes.insert(
+            "rate_limit".into(),
+            json!({
+                "limit": plan.limit_rate, "burst": plan.limit_burst,
+                "writes": write_times.len(),
+                "writes_measured_at": if proxy_final.is_some() { "proxy (request arrival)" } else { "workload watch (template change seen)" },
+                "max_writes_in_any_1s": max_1s,
+                "allowed_in_any_1s": burst + rate,
+                "envelope_slack_s": RATE_SLACK_S,
+                "envelope_violations": violations,
+                "worst_excess_over_bucket": worst,
+                "reads": read_times.len(),
+                "max_reads_in_any_1s": read_max_1s,
+                "worst_read_excess_over_bucket": read_worst,
+                "first_to_last_write_s": report::round(span),
+                "ideal_s": report::round(ideal),
+                "ratio_to_ideal": if ideal > 0.0 { report::round(span / ideal * 100.0) / 100.0 } else { 0.0 },
+            }),
+        );
+        if violations > 0 {
+            verdict.passed = false;
+            verdict.examples.push(format!(
+                "{violations} windows exceeded the rate limit's token bucket (worst +{worst})"
+            ));
+        }
+    }
+
+    // API requests.
+    let api_json = match (&proxy_at_changes, &proxy_final) {
+        (Some(a), Some(b)) => {
+            let startup = a.counts.clone();
+            let changes = report::minus(&b.counts, &a.counts);
+            json!({
+                "method": "counting proxy: the controller's kubeconfig points at a plain-HTTP proxy in the load generator that forwards to the API server with the real credentials and counts every request by verb and resource",
+                "startup_total": report::total(&startup),
+                "change_phase_total": report::total(&changes),
+                "startup": report::counts_json(&startup),
+                "change_phase": report::counts_json(&changes),
+                "status_codes": b.status_codes,
+                "upstream_errors": b.upstream_errors,
+                "workload_writes_in_change_phase": write_times.len(),
+            })
+        }
+        _ => json!({"method": "direct (no proxy): see apiserver_delta"}),
+    };
+    let apiserver_delta = match (&api_before, &api_after) {
+        (Some(a), Some(b)) => {
+            let d = apimetrics::delta(a, b);
+            let own_d = report::minus(&own_after, &own_before);
+            let interesting = |r: &str| {
+                [
+                    "configmaps",
+                    "secrets",
+                    "deployments",
+                    "namespaces",
+                    "events",
+                    "leases",
+                ]
+                .iter()
+                .any(|k| r.starts_with(k))
+            };
+            let d_f: proxy::Counts = d.into_iter().filter(|((_, r), _)| interesting(r)).collect();
+            json!({
+                "note": "apiserver_request_total delta from controller start to the end, whole cluster (includes kube-controller-manager, the load generator and any other user of the cluster); writes minus the load generator's own writes are an upper bound of the controller's writes",
+                "delta": report::counts_json(&d_f),
+                "load_generator_writes": report::counts_json(&own_d),
+                "delta_minus_load_generator_writes": report::counts_json(&report::minus(&d_f, &own_d)),
+            })
+        }
+        _ => json!(null),
+    };
+
+    let mut sorted_ms: Vec<f64> = all_lat.iter().map(|s| report::round(s * 1000.0)).collect();
+    sorted_ms.sort_by(f64::total_cmp);
+    let resources = per_process.last().cloned().unwrap_or_default();
+    Ok(json!({
+        "scenario": scenario.name(),
+        "scale": args.scale.name(),
+        "run": {
+            "id": run_id,
+            "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(),
+            "machine": machine(),
+            "loadavg_end": loadavg(),
+            "changes_started_s": report::round(t_changes),
+            "reloads_done_s": report::round(t_reloaded),
+            "ended_s": report::round(t_end),
+        },
+        "controller": {
+            "label": args.controller_label,
+            "command": cmd,
+            "binary_sha1": bin.and_then(file_sha1),
+            "exit": exits,
+            "log": log_path.display().to_string(),
+            "through_proxy": proxy.is_some(),
+        },
+        "population": {
+            "namespaces": n_namespaces,
+            "workloads": n_workloads,
+            "configs": n_configs,
+        },
+        "plan": plan,
+        "notes": notes,
+        "correctness": verdict,
+        "latency_ms": latency,
+        "latency_ms_by_tag": latency_by_tag,
+        "latencies_ms_sorted": if sorted_ms.len() <= 20_000 { json!(sorted_ms) } else { json!(null) },
+        "time_to_ready_s": ready_times.iter().map(|t| (t * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
+        "resources": resources,
+        "resources_per_process": per_process,
+        "api_requests": api_json,
+        "apiserver_delta": apiserver_delta,
+        "watch": {"events": st.watch_events, "errors": st.watch_errors},
+    }))
+}
+
+fn fmt_counts_top(v: &Value, n: usize) -> String {
+    let Some(m) = v.as_object() else {
+        return String::new();
+    };
+    let mut items: Vec<(&String, u64)> = m
+        .iter()
+        .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
+        .collect();
+    items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    items
+        .iter()
+        .take(n)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn markdown(r: &Value) -> String {
+    let c = &r["correctness"];
+    let l = &r["latency_ms"];
+    let res = &r["resources"];
+    let api = &r["api_requests"];
+    let mut s = format!(
+        "### {} / {}{}\n\nrun {} · {} · machine: {} CPUs ({}), {} GiB, shared (load avg {} at start, {} at end)\n\n| | |\n|---|---|\n",
+        r["scenario"].as_str().unwrap_or(""),
+        r["scale"].as_str().unwrap_or(""),
+        r["controller"]["label"]
+            .as_str()
+            .map(|l| format!(" — {l}"))
+            .unwrap_or_default(),
+        r["run"]["id"].as_str().unwrap_or(""),
+        r["controller"]["command"].as_str().unwrap_or(""),
+        r["run"]["machine"]["cpus"],
+        r["run"]["machine"]["cpu_model"].as_str().unwrap_or(""),
+        r["run"]["machine"]["mem_gib"],
+        r["run"]["loadavg_start"].as_str().unwrap_or(""),
+        r["run"]["loadavg_end"].as_str().unwrap_or(""),
+    );
+    let mut row = |k: &str, v: String| {
+        s.push_str(&format!("| {k} | {v} |\n"));
+    };
+    row(
+        "population",
+        format!(
+            "{} namespaces, {} Deployments, {} configs (created in {} s)",
+            r["population"]["namespaces"],
+            r["population"]["workloads"],
+            r["population"]["configs"],
+            r["run"]["setup_s"]
+        ),
+    );
+    row(
+        "changes",
+        format!(
+            "{} ({})",
+            c["changes"],
+            r["scenario"].as_str().unwrap_or("")
+        ),
+    );
+    row(
+        "correctness",
+        format!(
+            "**{}**: {}/{} expected reloads seen ({} folded into a later change), {} missing, {} unexpected, {} duplicates, {} stale, {} wrong field, {} write errors",
+            if c["passed"].as_bool().unwrap_or(false) {
+                "PASS"
+            } else {
+                "FAIL"
+            },
+            c["reloaded"],
+            c["expected_reloads"],
+            c["coalesced"],
+            c["missing"],
+            c["unexpected"],
+            c["duplicates"],
+            c["stale"],
+            c["wrong_field"],
+            c["write_errors"]
+        ),
+    );
+    if let Some(ex) = c["examples"].as_array().filter(|e| !e.is_empty()) {
+        row(
+            "examples",
+            ex.iter()
+                .take(5)
+                .filter_map(|e| e.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+    }
+    row(
+        "reload latency (write ack -> template change seen)",
+        format!(
+            "p50 {} ms · p90 {} ms · p99 {} ms · max {} ms (n={})",
+            l["p50_ms"], l["p90_ms"], l["p99_ms"], l["max_ms"], l["count"]
+        ),
+    );
+    if let Some(tags) = r["latency_ms_by_tag"].as_object().filter(|t| t.len() > 1) {
+        for (tag, t) in tags {
+            row(
+                &format!("  latency, {tag}"),
+                format!(
+                    "p50 {} ms · p99 {} ms · max {} ms (n={})",
+                    t["p50_ms"], t["p99_ms"], t["max_ms"], t["count"]
+                ),
+            );
+        }
+    }
+    let ready: Vec<String> = r["time_to_ready_s"]
+        .as_array()
+        .map(|a| a.iter().map(|t| format!("{t} s")).collect())
+        .unwrap_or_default();
+    row(
+        "time to ready (start -> /ready 200)",
+        if ready.is_empty() {
+            "not measured".into()
+        } else {
+            ready.join(", then after the restart ")
+        },
+    );
+    row(
+        "controller RSS",
+        format!(
+            "at ready {} MiB · steady {} MiB · end {} MiB · peak (VmHWM) {} MiB",
+            res["rss_at_ready_mib"], res["rss_steady_mib"], res["rss_end_mib"], res["rss_peak_mib"]
+        ),
+    );
+    row(
+        "controller CPU-seconds",
+        format!(
+            "to ready {} · change phase {} · total {}",
+            res["cpu_s_to_ready"], res["cpu_s_change_phase"], res["cpu_s_total"]
+        ),
+    );
+    if api.get("startup_total").is_some() {
+        row(
+            "controller API requests (counting proxy)",
+            format!(
+                "startup {} ({}) · change phase {} ({})",
+                api["startup_total"],
+                fmt_counts_top(&api["startup"], 8),
+                api["change_phase_total"],
+                fmt_counts_top(&api["change_phase"], 8)
+            ),
+        );
+    }
+    if let Some(n) = r["notes"].as_object().filter(|n| !n.is_empty()) {
+        row(
+            "notes",
+            serde_json::to_string(n)
+                .unwrap_or_default()
+                .replace('|', "/"),
+        );
+    }
+    s.push('\n');
+    s
+}
+
+fn summary_row(r: &Value) -> String {
+    let c = &r["correctness"];
+    let l = &r["latency_ms"];
+    let res = &r["resources"];
+    format!(
+        "| {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        r["scenario"].as_str().unwrap_or(""),
+        if c["passed"].as_bool().unwrap_or(false) {
+            "PASS"
+        } else {
+            "**FAIL**"
+        },
+        c["reloaded"],
+        c["expected_reloads"],
+        c["missing"],
+        c["unexpected"],
+        c["duplicates"],
+        l["p50_ms"],
+        l["p99_ms"],
+        l["max_ms"],
+        r["time_to_ready_s"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "))
+            .unwrap_or_default(),
+        res["rss_peak_mib"],
+        res["cpu_s_total"],
+        r["api_requests"]["change_phase_total"],
+    )
+}

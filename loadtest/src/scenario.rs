@@ -1,0 +1,225 @@
+//! Scenarios and scales: what population a run creates, which controller flags it needs, and
+//! how it drives config changes.
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Changes at a fixed rate spread over configs (the latency figure).
+    Steady,
+    /// Many configs changed at once.
+    Burst,
+    /// One ConfigMap used by 500 workloads, changed a few times.
+    Fanout,
+    /// Label/annotation-only updates of configs and workloads: zero reloads expected.
+    Noop,
+    /// 1 MiB Secrets.
+    Large,
+    /// Many workloads changed at once with a low --max-patches-per-second.
+    Ratelimit,
+    /// The controller is killed (SIGKILL) mid-run and restarted: no change lost.
+    Restart,
+    /// `steady` with --reload-strategy=annotations.
+    Annotations,
+    /// Every scenario above, one after the other.
+    All,
+}
+
+impl Scenario {
+    pub const EACH: [Scenario; 8] = [
+        Scenario::Steady,
+        Scenario::Burst,
+        Scenario::Fanout,
+        Scenario::Noop,
+        Scenario::Large,
+        Scenario::Ratelimit,
+        Scenario::Restart,
+        Scenario::Annotations,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Steady => "steady",
+            Scenario::Burst => "burst",
+            Scenario::Fanout => "fanout",
+            Scenario::Noop => "noop",
+            Scenario::Large => "large",
+            Scenario::Ratelimit => "ratelimit",
+            Scenario::Restart => "restart",
+            Scenario::Annotations => "annotations",
+            Scenario::All => "all",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// About 600 objects; correctness only, each scenario well under 3 minutes.
+    Small,
+    /// 10k workloads, 20k configs, 1000 namespaces.
+    Medium,
+    /// 100k workloads, 200k configs, 10k namespaces (run by hand).
+    Large,
+}
+
+impl Scale {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::Small => "small",
+            Scale::Medium => "medium",
+            Scale::Large => "large",
+        }
+    }
+}
+
+/// The numbers of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub namespaces: usize,
+    /// Deployments of the standard population (each with its own ConfigMap and Secret).
+    pub workloads: usize,
+    /// Changes driven (steady, restart, annotations, burst, ratelimit, noop: updates; large).
+    pub changes: usize,
+    /// Changes per second (steady, restart, annotations, large, noop).
+    pub rate: f64,
+    pub fanout_width: usize,
+    pub fanout_changes: usize,
+    pub large_secrets: usize,
+    pub large_secret_bytes: usize,
+    /// --max-patches-per-second and --patch-burst given to the controller (ratelimit).
+    pub limit_rate: u32,
+    pub limit_burst: u32,
+    /// The controller is killed after this many changes (restart) ...
+    pub kill_after: usize,
+    /// ... and stays down this long.
+    pub down_s: f64,
+    /// Wait after /ready before the first change.
+    pub warmup_s: f64,
+    /// Wait after the last expected reload, to catch late duplicates and unwanted reloads.
+    pub settle_s: f64,
+    pub ready_timeout_s: f64,
+    /// Waiting for the expected reloads gives up after this plus 0.1 s per expected reload.
+    pub wait_base_s: f64,
+}
+
+impl Plan {
+    pub fn new(scenario: Scenario, scale: Scale) -> Self {
+        let (namespaces, workloads) = match scale {
+            Scale::Small => (10, 200),
+            Scale::Medium => (1_000, 10_000),
+            Scale::Large => (10_000, 100_000),
+        };
+        let big = scale != Scale::Small;
+        let mut p = Plan {
+            namespaces,
+            workloads,
+            changes: if big { 600 } else { 100 },
+            rate: 10.0,
+            fanout_width: 500,
+            fanout_changes: if big { 3 } else { 2 },
+            large_secrets: if big { 50 } else { 10 },
+            large_secret_bytes: 1 << 20,
+            limit_rate: if big { 20 } else { 10 },
+            limit_burst: if big { 20 } else { 10 },
+            kill_after: 0,
+            down_s: if big { 10.0 } else { 3.0 },
+            warmup_s: if big { 5.0 } else { 1.0 },
+            settle_s: if big { 10.0 } else { 3.0 },
+            ready_timeout_s: match scale {
+                Scale::Small => 60.0,
+                Scale::Medium => 600.0,
+                Scale::Large => 1800.0,
+            },
+            wait_base_s: if big { 120.0 } else { 30.0 },
+        };
+        match scenario {
+            Scenario::Burst => p.changes = if big { 2_000 } else { 150 },
+            Scenario::Noop => {
+                p.changes = if big { 1_000 } else { 150 };
+                p.rate = 50.0;
+            }
+            Scenario::Large => {
+                p.changes = if big { 100 } else { 20 };
+                p.rate = 2.0;
+            }
+            Scenario::Ratelimit => p.changes = if big { 1_000 } else { 100 },
+            Scenario::Restart => p.changes = if big { 600 } else { 100 },
+            _ => {}
+        }
+        p.kill_after = p.changes / 3;
+        p
+    }
+
+    /// Controller flags the scenario needs (substituted for `{scenario_flags}`).
+    pub fn controller_flags(&self, scenario: Scenario) -> String {
+        match scenario {
+            Scenario::Ratelimit => format!(
+                "--max-patches-per-second={} --patch-burst={}",
+                self.limit_rate, self.limit_burst
+            ),
+            Scenario::Annotations => "--reload-strategy=annotations".into(),
+            _ => String::new(),
+        }
+    }
+
+    pub fn settle(&self) -> Duration {
+        Duration::from_secs_f64(self.settle_s)
+    }
+}
+
+/// xorshift64*: reproducible choices without a dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// `k` distinct indices below `n` (repeating the permutation if `k > n`).
+    pub fn sample(&mut self, n: usize, k: usize) -> Vec<usize> {
+        let mut out = Vec::with_capacity(k);
+        while out.len() < k {
+            let mut perm: Vec<usize> = (0..n).collect();
+            let take = (k - out.len()).min(n);
+            for i in 0..take {
+                let j = i + self.below(n - i);
+                perm.swap(i, j);
+            }
+            out.extend_from_slice(&perm[..take]);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_is_distinct() {
+        let mut r = Rng::new(7);
+        let mut s = r.sample(1000, 600);
+        s.sort();
+        s.dedup();
+        assert_eq!(s.len(), 600);
+        assert_eq!(r.sample(3, 7).len(), 7);
+    }
+}
