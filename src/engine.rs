@@ -19,8 +19,9 @@ use crate::shard::Ownership;
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).
 pub trait ConfigObserver: Send + Sync + 'static {
-    /// A config change passed the filters; `affected` workloads were queued.
-    fn config_changed(&self, _config: &ConfigKey, _affected: usize) {}
+    /// A config change passed the filters; `affected` workloads were queued; handling it
+    /// (candidates, decisions, queueing) took `took`.
+    fn config_changed(&self, _config: &ConfigKey, _affected: usize, _took: std::time::Duration) {}
     /// A candidate was skipped, with the reason.
     fn skipped(&self, _config: &ConfigKey, _reason: &'static str) {}
 }
@@ -146,7 +147,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         }
         span.record("affected", affected);
         span.in_scope(|| debug!(config = %key, affected, "config change fanned out"));
-        self.observer.config_changed(key, affected);
+        self.observer
+            .config_changed(key, affected, observed_at.elapsed());
         affected
     }
 

@@ -40,6 +40,16 @@ struct WorkloadKindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: String,
 }
@@ -96,6 +106,9 @@ pub struct Metrics {
     index_edges: Gauge,
     owned_namespaces: Gauge,
     api_requests: Family<ApiRequestLabels, Counter>,
+    reconcile_total: Family<ResultLabel, Counter>,
+    reconcile_duration: Family<ResultLabel, Histogram>,
+    workloads_matched: Family<KindLabel, Counter>,
 }
 
 impl Metrics {
@@ -123,6 +136,11 @@ impl Metrics {
             index_edges: Gauge::default(),
             owned_namespaces: Gauge::default(),
             api_requests: Family::default(),
+            reconcile_total: Family::default(),
+            reconcile_duration: Family::new_with_constructor(|| {
+                Histogram::new([0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
+            }),
+            workloads_matched: Family::default(),
         };
         // Series exist from the start (Reloader does this for success="true|false"), so rate()
         // and dashboards work before the first event of each kind.
@@ -150,6 +168,11 @@ impl Metrics {
             let _ = m
                 .watch_restarts
                 .get_or_create(&ResourceLabel { resource: r.into() });
+        }
+        for r in ["queued", "no_match"] {
+            let _ = m
+                .reconcile_total
+                .get_or_create(&ResultLabel { result: r.into() });
         }
         for s in ["true", "false"] {
             let _ = m.reloaded.get_or_create(&Success { success: s.into() });
@@ -207,6 +230,21 @@ impl Metrics {
             "workqueue_adds",
             "Total number of items added to the work queue.",
             m.queue_adds.clone(),
+        );
+        reloader.register(
+            "reconcile",
+            "Total number of reconcile/handler invocations by result.",
+            m.reconcile_total.clone(),
+        );
+        reloader.register(
+            "reconcile_duration_seconds",
+            "Time spent in reconcile/handler in seconds.",
+            m.reconcile_duration.clone(),
+        );
+        reloader.register(
+            "workloads_matched",
+            "Total number of workloads matched for reload by config kind.",
+            m.workloads_matched.clone(),
         );
         let own = r.sub_registry_with_prefix("kube_reloader");
         own.register(
@@ -358,7 +396,24 @@ impl QueueObserver for Arc<Metrics> {
 }
 
 impl ConfigObserver for Arc<Metrics> {
-    fn config_changed(&self, config: &ConfigKey, _affected: usize) {
+    fn config_changed(&self, config: &ConfigKey, affected: usize, took: Duration) {
+        // Reloader's reconcile = handling one config event; here it is the fan-out to the queue.
+        let result = if affected > 0 { "queued" } else { "no_match" };
+        self.reconcile_total
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .observe(took.as_secs_f64());
+        self.workloads_matched
+            .get_or_create(&KindLabel {
+                kind: config.kind.as_str().into(),
+            })
+            .inc_by(affected as u64);
         self.events_received
             .get_or_create(&EventLabels {
                 event_type: "update".into(),
@@ -412,5 +467,9 @@ mod tests {
         );
         assert!(text.contains("reloader_reload_executed_total{success=\"false\"} 0"));
         assert!(text.contains("kube_reloader_index_workloads 0"));
+        assert!(
+            text.contains("reloader_reconcile_total{result=\"queued\"} 0"),
+            "{text}"
+        );
     }
 }
