@@ -319,19 +319,7 @@ impl Coordinator {
         // Keep acting on what the last completed assignment gave us until every member has synced
         // the new one. If generations follow each other before a handover completes, the older,
         // completed one stays: replacing it would leave namespaces with nobody acting on them.
-        // A replica's first assignment has no previous one of its own, but other replicas may still
-        // act on what it gains: an empty previous assignment makes it hold its writes until every
-        // live member has released this generation.
-        let previous = view
-            .previous
-            .clone()
-            .or_else(|| view.current.clone())
-            .or_else(|| {
-                Some(Arc::new(Assignment {
-                    generation: 0,
-                    members: Vec::new(),
-                }))
-            });
+        let previous = view.previous.clone().or_else(|| view.current.clone());
         self.state.set_view(ShardView {
             current: Some(next.clone()),
             previous,
@@ -371,13 +359,8 @@ impl Coordinator {
         loop {
             tokio::time::sleep(self.settings.retry_period / 2).await;
             let view = self.state.view();
-            let (Some(current), Some(_previous)) = (view.current.clone(), view.previous.clone())
+            let (Some(current), Some(previous)) = (view.current.clone(), view.previous.clone())
             else {
-                // Nothing to hand over: everything up to the current generation is released.
-                if let Some(current) = &view.current {
-                    self.released
-                        .fetch_max(current.generation, Ordering::AcqRel);
-                }
                 continue;
             };
             let members = match lease::members(&self.leases()).await {
@@ -423,11 +406,13 @@ impl Coordinator {
                 let _ = self.renew_once().await;
                 continue;
             }
-            // Every live member, not only those this replica knew as previous owners (a replica
-            // that just started does not know them). One that is no longer live is fenced.
-            let released_by_all = members
-                .iter()
-                .all(|m| !m.live || m.released_generation >= generation);
+            // A previous owner that is no longer live is fenced: it cannot write.
+            let released_by_all = previous.members.iter().all(|id| {
+                members
+                    .iter()
+                    .find(|m| &m.identity == id)
+                    .is_none_or(|m| !m.live || m.released_generation >= generation)
+            });
             if released_by_all {
                 self.state.set_view(ShardView {
                     current: Some(current),
