@@ -867,7 +867,7 @@ async fn measure(
                             .next()
                     })
                     .fold(f64::NAN, f64::max);
-                rounds.push(json!({"change": id, "all_rolled_after_s": report::round((last - ack) * 100.0) / 100.0}));
+                rounds.push(json!({"change": id, "all_rolled_after_s": ((last - ack) * 100.0).round() / 100.0}));
             }
             notes.insert("fanout_rounds".into(), json!(rounds));
             ok
@@ -1124,7 +1124,7 @@ async fn measure(
                 "worst_read_excess_over_bucket": read_worst,
                 "first_to_last_write_s": report::round(span),
                 "ideal_s": report::round(ideal),
-                "ratio_to_ideal": if ideal > 0.0 { report::round(span / ideal * 100.0) / 100.0 } else { 0.0 },
+                "ratio_to_ideal": if ideal > 0.0 { (span / ideal * 100.0).round() / 100.0 } else { 0.0 },
             }),
         );
         if violations > 0 {
@@ -1274,14 +1274,32 @@ fn markdown(r: &Value) -> String {
             r["run"]["setup_s"]
         ),
     );
-    row(
-        "changes",
-        format!(
-            "{} ({})",
-            c["changes"],
-            r["scenario"].as_str().unwrap_or("")
+    let plan = &r["plan"];
+    let driven = match r["scenario"].as_str().unwrap_or("") {
+        "steady" | "annotations" => format!("{} at {}/s", plan["changes"], plan["rate"]),
+        "burst" | "ratelimit" => format!("{} at once", plan["changes"]),
+        "fanout" => format!(
+            "{} changes of one ConfigMap used by {} Deployments, one after the other",
+            plan["fanout_changes"], plan["fanout_width"]
         ),
-    );
+        "noop" => format!(
+            "{} label/annotation-only updates at {}/s, then 2 real changes (sentinels)",
+            plan["changes"], plan["rate"]
+        ),
+        "large" => format!(
+            "{} changes of {} Secrets of {} bytes at {}/s",
+            plan["changes"], plan["large_secrets"], plan["large_secret_bytes"], plan["rate"]
+        ),
+        "restart" => format!(
+            "{n} priming changes at once, then {n} at {}/s; SIGKILL after {}, down {} s",
+            plan["rate"],
+            plan["kill_after"],
+            plan["down_s"],
+            n = plan["changes"]
+        ),
+        _ => String::new(),
+    };
+    row("config changes", format!("{} ({driven})", c["changes"]));
     row(
         "correctness",
         format!(

@@ -177,8 +177,45 @@ pub fn cdf_svg(title: &str, series: &[(String, Vec<f64>)]) -> String {
         .iter()
         .flat_map(|(_, v)| v.iter())
         .fold(0.0f64, |m, &x| m.max(x * 1000.0));
+    let mut all: Vec<f64> = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|x| x * 1000.0))
+        .collect();
+    all.sort_by(f64::total_cmp);
+    let p50_all = if all.is_empty() {
+        1.0
+    } else {
+        percentile(&all, 50.0)
+    };
+    // A long tail (restart, burst) squeezes the bulk into a corner: log scale then.
+    let log = max_ms > 20.0 * p50_all.max(0.1) && max_ms > 10.0;
     let x_max = nice_ceiling(max_ms.max(1.0));
-    let px = |ms: f64| l + (ms / x_max) * (w - l - r);
+    let x_min = if log {
+        10f64.powf(
+            all.iter()
+                .copied()
+                .find(|&x| x > 0.0)
+                .unwrap_or(1.0)
+                .max(0.1)
+                .log10()
+                .floor(),
+        )
+    } else {
+        0.0
+    };
+    let x_max = if log {
+        10f64.powf(max_ms.log10().ceil())
+    } else {
+        x_max
+    };
+    let px = |ms: f64| {
+        let f = if log {
+            (ms.max(x_min).log10() - x_min.log10()) / (x_max.log10() - x_min.log10())
+        } else {
+            ms / x_max
+        };
+        l + f * (w - l - r)
+    };
     let py = |q: f64| h - b - q * (h - t - b);
     let mut s = String::new();
     let _ = write!(
@@ -201,8 +238,22 @@ pub fn cdf_svg(title: &str, series: &[(String, Vec<f64>)]) -> String {
             y = py(q)
         );
     }
-    for i in 0..=8 {
-        let ms = x_max * i as f64 / 8.0;
+    let ticks: Vec<f64> = if log {
+        let mut v = Vec::new();
+        let mut d = x_min;
+        while d <= x_max * 1.0001 {
+            for m in [1.0, 2.0, 5.0] {
+                if d * m <= x_max * 1.0001 {
+                    v.push(d * m);
+                }
+            }
+            d *= 10.0;
+        }
+        v
+    } else {
+        (0..=8).map(|i| x_max * f64::from(i) / 8.0).collect()
+    };
+    for ms in ticks {
         let _ = writeln!(
             s,
             r##"<line x1="{x}" x2="{x}" y1="{t}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
@@ -215,12 +266,13 @@ pub fn cdf_svg(title: &str, series: &[(String, Vec<f64>)]) -> String {
     let _ = writeln!(
         s,
         r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{}" stroke="black"/><line x1="{l}" x2="{}" y1="{y}" y2="{y}" stroke="black"/>
-<text x="{}" y="{}" text-anchor="middle">reload latency (ms): config write acknowledged -> template change seen</text>
+<text x="{}" y="{}" text-anchor="middle">reload latency{}: config write acknowledged -&gt; template change seen</text>
 <text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">fraction of reloads</text>"##,
         h - b,
         w - r,
         (l + w - r) / 2.0,
         h - 12.0,
+        if log { " (log scale)" } else { "" },
         (t + h - b) / 2.0,
         (t + h - b) / 2.0,
         y = h - b
@@ -278,7 +330,7 @@ fn fmt_ms(ms: f64) -> String {
 
 fn nice_ceiling(x: f64) -> f64 {
     let mag = 10f64.powf(x.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+    for m in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if m * mag >= x {
             return m * mag;
         }
@@ -319,6 +371,8 @@ mod tests {
     fn svg_is_well_formed_enough() {
         let s = cdf_svg("t", &[("a".into(), vec![0.1, 0.2, 0.3])]);
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
-        assert!(s.contains("polyline"));
+        assert!(s.contains("polyline") && !s.contains("log scale"));
+        let tail = cdf_svg("t", &[("a".into(), vec![0.01, 0.01, 0.01, 5.0])]);
+        assert!(tail.contains("log scale"));
     }
 }
