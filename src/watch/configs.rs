@@ -16,14 +16,13 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use crate::config::NamespaceScope;
 use crate::digest::ConfigPayload;
 use crate::engine::{ConfigObserver, Phase};
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
 use crate::rollout::{QueueObserver, WorkloadWriter};
 
-use super::workloads::{scope_len, stream_namespace};
+use super::workloads::{dynamic_apis, scope_len, stream_namespace};
 use super::{SyncGate, WatchContext, WatchObserver, scoped_apis, watch_error, watch_streams};
 
 /// A watched config object, split into identity, annotations and payload.
@@ -366,13 +365,7 @@ where
     M: WatchObserver,
 {
     let ar = spc_pod_status_resource();
-    let apis: Vec<Api<DynamicObject>> = match &ctx.settings.scope {
-        NamespaceScope::All => vec![Api::all_with(ctx.client.clone(), &ar)],
-        NamespaceScope::Only(nss) => nss
-            .iter()
-            .map(|ns| Api::namespaced_with(ctx.client.clone(), ns, &ar))
-            .collect(),
-    };
+    let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &ar);
     let mut synced = vec![false; apis.len()];
     let mut relisting: Vec<Option<HashSet<PodStatusId>>> = vec![None; apis.len()];
     let mut reported = ReportedVersions::default();

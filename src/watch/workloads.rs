@@ -21,17 +21,17 @@ use futures::StreamExt;
 
 use super::{SyncGate, WatchContext, WatchObserver, watch_error, watch_streams};
 
-fn apis(
-    ctx_client: &kube::Client,
+/// One dynamic API per watched namespace in scoped mode, one cluster-wide otherwise.
+pub(super) fn dynamic_apis(
+    client: &kube::Client,
     scope: &NamespaceScope,
-    kind: WorkloadKind,
+    ar: &kube::core::ApiResource,
 ) -> Vec<Api<DynamicObject>> {
-    let ar = api_resource(kind);
     match scope {
-        NamespaceScope::All => vec![Api::all_with(ctx_client.clone(), &ar)],
+        NamespaceScope::All => vec![Api::all_with(client.clone(), ar)],
         NamespaceScope::Only(nss) => nss
             .iter()
-            .map(|ns| Api::namespaced_with(ctx_client.clone(), ns, &ar))
+            .map(|ns| Api::namespaced_with(client.clone(), ns, ar))
             .collect(),
     }
 }
@@ -78,7 +78,7 @@ where
     C: ConfigObserver,
     M: WatchObserver,
 {
-    let apis = apis(&ctx.client, &ctx.settings.scope, kind);
+    let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
     let mut synced = vec![false; apis.len()];
     let mut relisting: Vec<Option<HashSet<WorkloadKey>>> = vec![None; apis.len()];
     let mut stream = watch_streams(apis, watcher::Config::default().any_semantic());
