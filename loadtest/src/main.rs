@@ -1023,6 +1023,7 @@ async fn measure(
     }
     let mut exits = Vec::new();
     let mut per_process = Vec::new();
+    let mut timelines = Vec::new();
     let n_procs = procs.len();
     for (i, p) in procs.iter_mut().enumerate() {
         if i + 1 == n_procs {
@@ -1033,8 +1034,20 @@ async fn measure(
         } else {
             p.ready_at.unwrap_or(p.started_at)
         };
+        let samples = p.samples();
+        // A compact timeline (at most ~300 points): where the peak was, how RSS moved.
+        let step = samples.len().div_ceil(300).max(1);
+        timelines.push(json!({
+            "pid": p.pid,
+            "started_s": report::round(p.started_at),
+            "ready_s": p.ready_at.map(report::round),
+            "t_s": samples.iter().step_by(step).map(|s| report::round(s.t)).collect::<Vec<_>>(),
+            "rss_mib": samples.iter().step_by(step).map(|s| report::round(s.rss_kib as f64 / 1024.0)).collect::<Vec<_>>(),
+            "hwm_mib": samples.iter().step_by(step).map(|s| report::round(s.hwm_kib as f64 / 1024.0)).collect::<Vec<_>>(),
+            "cpu_s": samples.iter().step_by(step).map(|s| (s.cpu_s * 100.0).round() / 100.0).collect::<Vec<_>>(),
+        }));
         per_process.push(report::resources(
-            &p.samples(),
+            &samples,
             p.ready_at,
             p.started_at,
             changes_from,
@@ -1217,6 +1230,7 @@ async fn measure(
         "time_to_ready_s": ready_times.iter().map(|t| (t * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
         "resources": resources,
         "resources_per_process": per_process,
+        "resource_timeline": timelines,
         "api_requests": api_json,
         "apiserver_delta": apiserver_delta,
         "watch": {"events": st.watch_events, "errors": st.watch_errors},

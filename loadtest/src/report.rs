@@ -107,12 +107,12 @@ pub fn resources(
     r.rss_end_mib = mib(last.rss_kib);
     r.rss_peak_mib = mib(samples.iter().map(|s| s.hwm_kib).max().unwrap_or(0));
     r.cpu_s_total = round2(last.cpu_s);
+    // The first reading at or after the start of the phase, as for "to ready" (0.5 s apart).
     let before = samples
         .iter()
-        .rev()
-        .find(|s| s.t <= changes_from)
+        .find(|s| s.t >= changes_from)
         .map(|s| s.cpu_s)
-        .unwrap_or(0.0);
+        .unwrap_or(last.cpu_s);
     r.cpu_s_change_phase = round2(last.cpu_s - before);
     r
 }
