@@ -23,6 +23,7 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
 use crate::watch::ShardLink;
 use crate::watch::WatchContext;
+use crate::watch::access::allowed_in_scope;
 
 /// How long in-flight writes may take to finish on SIGTERM.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -43,15 +44,39 @@ fn queue_settings(settings: &Settings) -> QueueSettings {
     }
 }
 
-/// Turns on DeploymentConfig support when the OpenShift API is served (as Reloader detects it).
+/// Turns on DeploymentConfig support when the OpenShift API is served (as Reloader detects it) and
+/// this identity may read and patch DeploymentConfigs: the chart grants them only with `isOpenshift`,
+/// and a watch that can never list would keep `/ready` false forever.
 async fn detect_openshift(client: &Client, settings: &mut Settings) {
     if settings.openshift {
         return;
     }
     match client.list_api_groups().await {
         Ok(groups) if groups.groups.iter().any(|g| g.name == "apps.openshift.io") => {
-            info!("apps.openshift.io is served: DeploymentConfigs will be reloaded");
-            settings.openshift = true;
+            let verbs = ["list", "watch", "get", "patch"];
+            match allowed_in_scope(
+                client,
+                &settings.scope,
+                "apps.openshift.io",
+                "deploymentconfigs",
+                &verbs,
+            )
+            .await
+            {
+                Ok(true) => {
+                    info!("apps.openshift.io is served: DeploymentConfigs will be reloaded");
+                    settings.openshift = true;
+                }
+                Ok(false) => warn!(
+                    "apps.openshift.io is served but RBAC does not allow list/watch/get/patch on \
+                     deploymentconfigs: DeploymentConfigs will not be reloaded (grant them, e.g. \
+                     Helm value isOpenshift=true, or pass --is-openshift to require them)"
+                ),
+                Err(e) => warn!(
+                    error = %e,
+                    "could not review access to deploymentconfigs; DeploymentConfigs only with --is-openshift"
+                ),
+            }
         }
         Ok(_) => {}
         Err(e) => {

@@ -302,6 +302,18 @@ async fn assert_exact_rules(
 /// One mode: render, apply the identity's objects, check its permissions, run kube-reloader as
 /// that identity and drive reloads of every kind the mode handles.
 async fn prove(mode: &str, reloader_values: Value) {
+    prove_with(mode, reloader_values, Capabilities::AsServed).await
+}
+
+/// What `helm install` saw of the cluster's APIs.
+#[derive(PartialEq)]
+enum Capabilities {
+    AsServed,
+    /// The chart was installed before the DeploymentConfig CRD: it granted nothing for them.
+    BeforeDeploymentConfigs,
+}
+
+async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabilities) {
     let admin = client().await;
     let release = TestNamespace::new(&format!("rbac-{mode}")).await;
     let workloads = TestNamespace::with_labels(
@@ -334,7 +346,15 @@ async fn prove(mode: &str, reloader_values: Value) {
     }
     // Capabilities as `helm install` sees them (DeploymentConfigs are served once a test has
     // installed their CRD, and kube-reloader then detects and watches them).
-    let served = served_api_versions();
+    let hide_openshift = capabilities == Capabilities::BeforeDeploymentConfigs;
+    if hide_openshift {
+        crds::ensure(&admin, &[crds::DEPLOYMENT_CONFIGS]).await;
+    }
+    let as_helm_saw = |mut served: Vec<String>| {
+        served.retain(|v| !(hide_openshift && v == "apps.openshift.io/v1"));
+        served
+    };
+    let served = as_helm_saw(served_api_versions());
     let openshift_served = served.iter().any(|v| v == "apps.openshift.io/v1");
     let needs = Needs::of(&values, openshift_served);
     if needs.argo || needs.openshift || needs.csi {
@@ -351,7 +371,7 @@ async fn prove(mode: &str, reloader_values: Value) {
         }
         crds::ensure(&admin, &names).await;
     }
-    let served = served_api_versions();
+    let served = as_helm_saw(served_api_versions());
     let api_args = api_version_args(&served);
     let api_args: Vec<&str> = api_args.iter().map(String::as_str).collect();
 
@@ -585,6 +605,12 @@ async fn prove(mode: &str, reloader_values: Value) {
         "{mode}: kube-reloader was refused something:\n{}",
         refused.join("\n")
     );
+    if hide_openshift {
+        assert!(
+            logs.contains("DeploymentConfigs will not be reloaded"),
+            "{mode}: no warning that DeploymentConfigs are served but not granted:\n{logs}"
+        );
+    }
     controller.stop().await;
 }
 
@@ -631,6 +657,18 @@ async fn argo_openshift_and_csi_add_their_kinds_only() {
     prove(
         "crd-kinds",
         json!({"isArgoRollouts": true, "isOpenshift": true, "enableCSIIntegration": true}),
+    )
+    .await;
+}
+
+/// A served API group the chart did not grant (CRD installed after the chart) is skipped with a
+/// warning: the controller still becomes ready and reloads everything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_configs_served_but_not_granted_are_skipped() {
+    prove_with(
+        "dc-ungranted",
+        json!({}),
+        Capabilities::BeforeDeploymentConfigs,
     )
     .await;
 }

@@ -4,6 +4,7 @@
 //! Every watch restarts with backoff when it breaks; a relist after a break is compared with
 //! the index, so changes made while the watch was down are real changes, not lost ones.
 
+pub mod access;
 mod configs;
 mod namespaces;
 mod workloads;
