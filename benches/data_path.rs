@@ -15,7 +15,9 @@ use kube_reloader::digest::{ConfigPayload, digest_payload};
 use kube_reloader::engine::{Engine, Phase};
 use kube_reloader::index::{ConfigState, ReverseIndex, workload_entry};
 use kube_reloader::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
-use kube_reloader::rollout::{QueuedChange, ReloadQueue, WorkloadWriter, WriteError, WriteOutcome};
+use kube_reloader::rollout::{
+    QueuedChange, ReloadQueue, WorkloadWriter, WriteError, WriteOutcome, WriteTurn,
+};
 use kube_reloader::shard::Ownership;
 
 fn secret(bytes: usize) -> ConfigPayload {
@@ -91,7 +93,12 @@ fn bench_index(c: &mut Criterion) {
 struct NoWrite;
 
 impl WorkloadWriter for NoWrite {
-    async fn write(&self, _: &WorkloadKey, _: &[QueuedChange]) -> Result<WriteOutcome, WriteError> {
+    async fn write(
+        &self,
+        _: &WorkloadKey,
+        _: &[QueuedChange],
+        _: &WriteTurn<'_>,
+    ) -> Result<WriteOutcome, WriteError> {
         Ok(WriteOutcome::UpToDate)
     }
 }

@@ -10,7 +10,7 @@ use crate::config::Flags;
 use crate::digest::{ConfigPayload, digest_payload};
 use crate::index::workload_entry;
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
-use crate::rollout::{WriteError, WriteOutcome};
+use crate::rollout::{WriteError, WriteOutcome, WriteTurn};
 
 type WriteLog = Vec<(String, Vec<TemplateChange>)>;
 
@@ -22,7 +22,9 @@ impl WorkloadWriter for Writes {
         &self,
         key: &WorkloadKey,
         changes: &[QueuedChange],
+        turn: &WriteTurn<'_>,
     ) -> Result<WriteOutcome, WriteError> {
+        turn.take().await;
         let c = changes.iter().map(|c| c.change.clone()).collect();
         self.0.lock().unwrap().push((key.name.to_string(), c));
         Ok(WriteOutcome::Reloaded)

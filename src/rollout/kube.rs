@@ -25,7 +25,7 @@ use crate::shard::Ownership;
 use crate::telemetry::events::{EventSink, failed_message, reloaded_message, workload_reference};
 
 use super::pause::PauseKeeper;
-use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome};
+use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn};
 use super::template::{TemplateChange, edit_template, escape_pointer, json_patch_ops};
 
 /// The API resource of each workload kind.
@@ -119,6 +119,7 @@ impl KubeWriter {
         &self,
         key: &WorkloadKey,
         changes: &[QueuedChange],
+        turn: &WriteTurn<'_>,
     ) -> Result<WriteOutcome, WriteError> {
         // Counted from before the ownership check to the end of the write: a replica giving this
         // namespace up waits for it before telling the next owner to start.
@@ -151,6 +152,7 @@ impl KubeWriter {
         let written = match key.kind {
             WorkloadKind::Rollout if self.rollout_strategy(&value) == RolloutStrategy::Restart => {
                 let patch = json!({"spec": {"restartAt": now.to_string()}});
+                turn.take().await;
                 api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(classify)?;
@@ -170,6 +172,7 @@ impl KubeWriter {
                     debug!(workload = %key, "already up to date, nothing written");
                     return Ok(WriteOutcome::UpToDate);
                 }
+                turn.take().await;
                 match key.kind {
                     WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
                     WorkloadKind::Job => self.recreate_job(key, value).await?,
@@ -386,8 +389,9 @@ impl WorkloadWriter for Arc<KubeWriter> {
         &self,
         key: &WorkloadKey,
         changes: &[QueuedChange],
+        turn: &WriteTurn<'_>,
     ) -> Result<WriteOutcome, WriteError> {
-        let result = self.write_once(key, changes).await;
+        let result = self.write_once(key, changes, turn).await;
         // Only a permanent error ends the queue's retries: that is the failure to report.
         if let Err(WriteError::Permanent(error)) = &result {
             self.events

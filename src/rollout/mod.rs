@@ -10,5 +10,5 @@ pub mod template;
 pub use self::kube::KubeWriter;
 pub use queue::{
     QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
-    WriteOutcome,
+    WriteOutcome, WriteTurn,
 };

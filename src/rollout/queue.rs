@@ -1,13 +1,15 @@
 //! The single write path. Every reload goes through here:
 //! - coalescing: a workload with several pending changes gets one write;
 //! - at most one write per workload at a time, and at most one per `--min-reload-interval`;
-//! - a `governor` limiter in front of the API server (`--max-patches-per-second`, `--patch-burst`);
+//! - a `governor` limiter in front of the API server (`--max-patches-per-second`, `--patch-burst`),
+//!   taken by the writer right before its mutating call (see [`WriteTurn`]);
 //! - retries: 409 right away with a fresh read, 429/5xx with capped exponential backoff, so one
 //!   failing workload occupies one slot and never stalls the others.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,11 +75,54 @@ impl WriteError {
 /// Performs one write for a workload. Implemented against the API server by
 /// [`super::KubeWriter`]; the queue only knows this trait.
 pub trait WorkloadWriter: Send + Sync + 'static {
+    /// Must call [`WriteTurn::take`] right before the call that changes the workload.
     fn write(
         &self,
         key: &WorkloadKey,
         changes: &[QueuedChange],
+        turn: &WriteTurn<'_>,
     ) -> impl Future<Output = Result<WriteOutcome, WriteError>> + Send;
+}
+
+/// The rate limiter's turn for one write attempt.
+///
+/// The writer takes it just before the mutating call, not before the read that precedes it: that
+/// way the limiter shapes the writes the API server receives (a turn taken before the GET let
+/// PATCHes drift with GET latency past the envelope), and a write that finds the workload already
+/// up to date costs no turn. Reads are bounded by the queue's `concurrency` instead. One turn
+/// covers the attempt, even when a Job is re-created with a delete and a create.
+pub struct WriteTurn<'a> {
+    limiter: &'a DefaultDirectRateLimiter,
+    /// Nanoseconds waited for the limiter, `u64::MAX` while the turn has not been taken.
+    waited_nanos: AtomicU64,
+}
+
+impl<'a> WriteTurn<'a> {
+    fn new(limiter: &'a DefaultDirectRateLimiter) -> Self {
+        Self {
+            limiter,
+            waited_nanos: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Waits for the limiter; returns at once if this attempt already has its turn.
+    pub async fn take(&self) {
+        if self.waited().is_some() {
+            return;
+        }
+        let started = Instant::now();
+        self.limiter.until_ready().await;
+        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        self.waited_nanos.store(waited, Ordering::Relaxed);
+    }
+
+    /// How long the turn waited, if it was taken.
+    fn waited(&self) -> Option<Duration> {
+        match self.waited_nanos.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
 }
 
 /// Observes what the queue does (metrics, events, alerts).
@@ -332,10 +377,11 @@ async fn write_with_retries<W: WorkloadWriter, O: QueueObserver>(
             absorb_pending(inner, key, changes);
         }
         attempts += 1;
-        let started = Instant::now();
-        inner.limiter.until_ready().await;
-        inner.observer.limiter_wait(started.elapsed());
-        let result = inner.writer.write(key, changes).await;
+        let turn = WriteTurn::new(&inner.limiter);
+        let result = inner.writer.write(key, changes, &turn).await;
+        if let Some(waited) = turn.waited() {
+            inner.observer.limiter_wait(waited);
+        }
         let error = match result {
             Ok(outcome) => return (Ok(outcome), attempts),
             Err(WriteError::Permanent(m)) => return (Err(WriteError::Permanent(m)), attempts),

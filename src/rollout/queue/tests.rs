@@ -10,6 +10,8 @@ struct Recorder {
     fail_first: AtomicU32,
     failure: Mutex<Option<WriteError>>,
     delay: Duration,
+    /// Finds every workload already up to date (writes nothing, takes no turn).
+    up_to_date: std::sync::atomic::AtomicBool,
 }
 
 impl WorkloadWriter for Arc<Recorder> {
@@ -17,8 +19,13 @@ impl WorkloadWriter for Arc<Recorder> {
         &self,
         key: &WorkloadKey,
         changes: &[QueuedChange],
+        turn: &WriteTurn<'_>,
     ) -> Result<WriteOutcome, WriteError> {
         tokio::time::sleep(self.delay).await;
+        if self.up_to_date.load(Ordering::SeqCst) {
+            return Ok(WriteOutcome::UpToDate);
+        }
+        turn.take().await;
         if self.fail_first.load(Ordering::SeqCst) > 0 {
             self.fail_first.fetch_sub(1, Ordering::SeqCst);
             return Err(self.failure.lock().unwrap().clone().unwrap());
@@ -117,4 +124,35 @@ async fn a_permanently_failing_write_is_dropped_and_others_go_on() {
     let writes = rec.writes.lock().unwrap().clone();
     assert_eq!(writes.len(), 1);
     assert_eq!(&*writes[0].0.name, "good");
+}
+
+/// The limiter is spent on writes only: a write that finds nothing to change keeps the token for
+/// the next real write, and a real write takes one.
+#[tokio::test]
+async fn only_writes_that_change_something_take_a_limiter_turn() {
+    let recorder = Arc::new(Recorder::default());
+    recorder.up_to_date.store(true, Ordering::SeqCst);
+    let settings = QueueSettings {
+        max_per_second: NonZeroU32::new(1).unwrap(),
+        burst: NonZeroU32::new(1).unwrap(),
+        ..fast()
+    };
+    let queue = ReloadQueue::start(recorder.clone(), (), settings);
+    for name in ["a", "b", "c"] {
+        queue.enqueue(wl(name), change("cfg", "h1"));
+    }
+    assert!(queue.drain(Duration::from_secs(5)).await);
+    assert!(
+        queue.inner.limiter.check().is_ok(),
+        "up-to-date writes spent the only token"
+    );
+
+    recorder.up_to_date.store(false, Ordering::SeqCst);
+    queue.enqueue(wl("d"), change("cfg", "h2"));
+    assert!(queue.drain(Duration::from_secs(5)).await);
+    assert_eq!(recorder.writes.lock().unwrap().len(), 1);
+    assert!(
+        queue.inner.limiter.check().is_err(),
+        "a real write did not take the token"
+    );
 }
