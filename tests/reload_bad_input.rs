@@ -218,7 +218,16 @@ async fn a_one_mib_secret_is_reloaded_with_the_right_sha1() {
         deployment("web", json!({"reloader.stakater.com/auto": "true"}), spec),
     )
     .await;
-    let _controller = Controller::start(&[&scoped(&ns)]).await;
+    let controller = Controller::start(&[&scoped(&ns)]).await;
+    // The 1 MiB Secret came in through a streaming list (objects one by one, not a page at once):
+    // the local API server (1.37) serves them, so the probe must have chosen them.
+    assert!(
+        controller
+            .logs()
+            .contains("config watches use streaming lists"),
+        "the config watches did not use streaming lists:\n{}",
+        controller.logs()
+    );
 
     let changed = pseudo_random_bytes(MIB, 2);
     let data = secret_bytes("big", &[("blob", &changed)])["data"].clone();

@@ -86,6 +86,7 @@ pub(crate) fn spc_resource() -> ApiResource {
 pub(super) fn spawn_all<W, O, C, M>(
     ctx: &Arc<WatchContext<W, O, C, M>>,
     tasks: &mut JoinSet<anyhow::Result<()>>,
+    streaming_lists: bool,
 ) -> SyncGate
 where
     W: WorkloadWriter,
@@ -98,7 +99,7 @@ where
         .filter(|k| ctx.settings.watches_config(*k))
         .collect();
     let gate = SyncGate::new(kinds.len() * scope_len(&ctx.settings.scope));
-    let mut config = watcher::Config::default().any_semantic();
+    let mut config = super::list_strategy::config_watch(streaming_lists);
     if let Some(selector) = &ctx.settings.resource_label_selector {
         config = config.labels(selector);
     }

@@ -6,6 +6,7 @@
 
 pub mod access;
 mod configs;
+mod list_strategy;
 mod namespaces;
 mod workloads;
 
@@ -120,10 +121,13 @@ where
             }
             None => 0,
         };
+        // Asked while the workloads list, so it adds no start-up time.
+        let streaming_probe = tokio::spawn(self.clone().probe_streaming_lists());
         let workloads_synced = workloads::spawn_all(&self, &mut tasks);
         workloads_synced.wait().await;
         info!("workloads synced");
-        let configs_synced = configs::spawn_all(&self, &mut tasks);
+        let streaming = streaming_probe.await.unwrap_or(false);
+        let configs_synced = configs::spawn_all(&self, &mut tasks, streaming);
         configs_synced.wait().await;
         info!(sizes = ?self.engine.index.sizes(), "configs synced");
         self.engine.reconcile_recorded(None);
@@ -156,6 +160,33 @@ where
     C: ConfigObserver,
     M: WatchObserver,
 {
+    /// Whether config watches can use streaming lists, asked with the first config kind watched
+    /// in the first namespace of the scope (the same permission the watch itself needs).
+    async fn probe_streaming_lists(self: Arc<Self>) -> bool {
+        use crate::model::ConfigKind;
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        let scope = &self.settings.scope;
+        if self.settings.watches_config(ConfigKind::ConfigMap) {
+            match scoped_apis::<ConfigMap>(&self.client, scope)
+                .into_iter()
+                .next()
+            {
+                Some(api) => list_strategy::streaming_lists_served(api).await,
+                None => false,
+            }
+        } else if self.settings.watches_config(ConfigKind::Secret) {
+            match scoped_apis::<Secret>(&self.client, scope)
+                .into_iter()
+                .next()
+            {
+                Some(api) => list_strategy::streaming_lists_served(api).await,
+                None => false,
+            }
+        } else {
+            false
+        }
+    }
+
     fn current_generation(&self) -> u64 {
         self.engine
             .ownership
