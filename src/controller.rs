@@ -157,6 +157,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         ownership.clone(),
         events.clone(),
         pauses.clone(),
+        index.clone(),
     ));
     let alerter = AlertConfig::from_env(|k| std::env::var(k).ok())
         .map(Alerter::new)

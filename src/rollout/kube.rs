@@ -19,11 +19,13 @@ use serde_json::{Value, json};
 use tracing::{debug, info};
 
 use crate::config::{AnnotationKeys, Settings};
+use crate::index::ReverseIndex;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::policy::{RolloutStrategy, parse_go_duration};
 use crate::shard::Ownership;
 use crate::telemetry::events::{EventSink, failed_message, reloaded_message, workload_reference};
 
+use super::config_view::ConfigViews;
 use super::pause::PauseKeeper;
 use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn};
 use super::template::{TemplateChange, edit_template, escape_pointer, json_patch_ops};
@@ -88,6 +90,7 @@ pub struct KubeWriter {
     ownership: Arc<Ownership>,
     events: EventSink,
     pauses: PauseKeeper,
+    config_views: ConfigViews,
 }
 
 impl KubeWriter {
@@ -97,8 +100,10 @@ impl KubeWriter {
         ownership: Arc<Ownership>,
         events: EventSink,
         pauses: PauseKeeper,
+        index: Arc<ReverseIndex>,
     ) -> Self {
         Self {
+            config_views: ConfigViews::new(client.clone(), index),
             client,
             settings,
             ownership,
@@ -134,6 +139,10 @@ impl KubeWriter {
             return Err(WriteError::Transient(
                 "fenced: membership Lease not renewed".into(),
             ));
+        }
+        // Right after a handover another replica may have written from a newer view of a config.
+        if self.ownership.settling() {
+            self.config_views.ensure_current(changes).await?;
         }
         let api = self.api(key);
         let object = match api.get_opt(&key.name).await.map_err(classify)? {

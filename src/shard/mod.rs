@@ -29,6 +29,11 @@ pub struct ShardView {
     pub released_previous: bool,
 }
 
+/// How long after a handover writes keep checking that this replica's config view is current.
+/// A replica's lists and watches lag the API server by well under a second normally and by a few
+/// seconds under load; past this window only one replica acts on a namespace.
+pub const SETTLE_WINDOW: Duration = Duration::from_secs(30);
+
 #[derive(Debug)]
 pub struct ShardState {
     pub me: String,
@@ -36,6 +41,8 @@ pub struct ShardState {
     epoch: Instant,
     /// Milliseconds since `epoch` of the last successful membership renewal.
     last_renew_ms: AtomicU64,
+    /// Milliseconds since `epoch` of the last assignment change or handover step (0: none yet).
+    changed_at_ms: AtomicU64,
     /// Past this without a renewal the replica is fenced (shorter than the Lease duration, so it
     /// stops before anyone else can take over its namespaces).
     renew_deadline: Duration,
@@ -48,6 +55,7 @@ impl ShardState {
             view: RwLock::new(ShardView::default()),
             epoch: Instant::now(),
             last_renew_ms: AtomicU64::new(0),
+            changed_at_ms: AtomicU64::new(0),
             renew_deadline,
         }
     }
@@ -65,18 +73,26 @@ impl ShardState {
             .any(|a| a.owner(namespace) == Some(self.me.as_str()))
     }
 
-    /// Gained in the current assignment while the previous owner may still act on it: this replica
-    /// indexes and queues, but holds its writes until every previous owner has released, so one
-    /// namespace never has two writers (a lagging one could write an older hash after a newer one).
-    fn holds(&self, namespace: &str) -> bool {
-        let view = self.view.read().expect("shard view lock");
-        match (&view.current, &view.previous) {
-            (Some(current), Some(previous)) => {
-                current.owner(namespace) == Some(self.me.as_str())
-                    && previous.owner(namespace) != Some(self.me.as_str())
-            }
-            _ => false,
+    /// A handover is under way, or ended less than [`SETTLE_WINDOW`] ago: another replica may
+    /// have acted on this replica's namespaces from its own view, so writes first check that this
+    /// replica's view of their configs has caught up with the API server.
+    fn settling(&self) -> bool {
+        if self
+            .view
+            .read()
+            .expect("shard view lock")
+            .previous
+            .is_some()
+        {
+            return true;
         }
+        let changed = self.changed_at_ms.load(Ordering::Acquire);
+        changed > 0
+            && self
+                .epoch
+                .elapsed()
+                .saturating_sub(Duration::from_millis(changed))
+                < SETTLE_WINDOW
     }
 
     pub fn view(&self) -> ShardView {
@@ -84,7 +100,13 @@ impl ShardState {
     }
 
     pub fn set_view(&self, view: ShardView) {
-        *self.view.write().expect("shard view lock") = view;
+        let mut current = self.view.write().expect("shard view lock");
+        let generation = |v: &ShardView| v.current.as_ref().map(|a| a.generation);
+        if generation(&current) != generation(&view) || view.previous.is_some() {
+            let ms = self.epoch.elapsed().as_millis() as u64;
+            self.changed_at_ms.store(ms.max(1), Ordering::Release);
+        }
+        *current = view;
     }
 
     pub fn renewed(&self) {
@@ -189,9 +211,10 @@ impl Ownership {
             .any(|ns| self.writes_in_flight.contains_key(ns.as_str()))
     }
 
-    /// True while this replica must hold writes for `namespace` (taking it over, see `holds`).
-    pub fn holds_writes(&self, namespace: &str) -> bool {
-        self.shard.as_ref().is_some_and(|s| s.holds(namespace))
+    /// True while writes must check their config view against the API server (see
+    /// `ShardState::settling`). Never with a single unsharded replica.
+    pub fn settling(&self) -> bool {
+        self.shard.as_ref().is_some_and(|s| s.settling())
     }
 
     pub fn shard(&self) -> Option<&Arc<ShardState>> {
@@ -289,6 +312,40 @@ mod tests {
         });
         let mine = namespaces.iter().filter(|ns| o.owns(ns)).count();
         assert!((10..40).contains(&mine), "{mine}");
+    }
+
+    #[test]
+    fn writes_check_their_view_during_a_handover_and_for_a_while_after() {
+        let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
+        let o = Ownership::sharded(Vec::new(), me.clone());
+        assert!(!o.settling(), "nothing assigned yet");
+        assert!(!Ownership::new(Vec::<String>::new(), false).settling());
+        let first = Arc::new(Assignment {
+            generation: 1,
+            members: vec!["r0".into()],
+        });
+        me.set_view(ShardView {
+            current: Some(first.clone()),
+            previous: None,
+            released_previous: false,
+        });
+        assert!(
+            o.settling(),
+            "a first assignment is a handover from whoever acted before"
+        );
+        // Pretend the change was long ago: settled, until a handover starts.
+        me.changed_at_ms.store(1, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(5));
+        let epoch_shift = SETTLE_WINDOW + Duration::from_secs(1);
+        let settled = ShardState {
+            epoch: Instant::now() - epoch_shift,
+            ..ShardState::new("r0".into(), Duration::from_secs(10))
+        };
+        settled.changed_at_ms.store(1, Ordering::Release);
+        *settled.view.write().unwrap() = me.view();
+        assert!(!settled.settling(), "past the window with no handover");
+        settled.view.write().unwrap().previous = Some(first);
+        assert!(settled.settling(), "a handover under way");
     }
 
     #[test]

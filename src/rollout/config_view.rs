@@ -1,0 +1,125 @@
+//! Before writing during a shard handover, checks that this replica's view of each config is as
+//! new as the API server's.
+//!
+//! In a handover two replicas act on one namespace for a moment, each from its own watch. The one
+//! whose list or watch lags could write a config's older hash after the other wrote the newer one
+//! (the workload would roll back and forth: A, B, A, B). So while settling, a write compares the
+//! resourceVersion its index holds for each config with the server's (a metadata-only GET: no
+//! payload crosses the wire) and waits while the index is behind; the queue retries the write
+//! with the newer changes the watch brings meanwhile. Outside handovers nothing is checked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+use tracing::warn;
+
+use crate::index::ReverseIndex;
+use crate::model::{ConfigKey, ConfigKind};
+
+use super::kube::classify;
+use super::queue::{QueuedChange, WriteError};
+
+/// A change older than this writes without waiting any longer for the view to catch up (a config
+/// that left the label selector, say, never reaches the index again).
+const MAX_VIEW_WAIT: Duration = Duration::from_secs(20);
+
+/// How an indexed config compares with the server's object.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ViewLag {
+    Current,
+    /// The server has a newer version (or the index has not seen the object yet).
+    Behind,
+    /// The index still holds a config the server deleted: the delete event is on its way.
+    DeletePending,
+}
+
+/// Pure comparison of resourceVersions (`None`: absent on that side; 0: unknown, not compared).
+pub fn view_lag(indexed: Option<u64>, server: Option<u64>) -> ViewLag {
+    match (indexed, server) {
+        (Some(_), None) => ViewLag::DeletePending,
+        (None, Some(_)) => ViewLag::Behind,
+        (Some(mine), Some(theirs)) if mine != 0 && theirs != 0 && mine < theirs => ViewLag::Behind,
+        _ => ViewLag::Current,
+    }
+}
+
+pub struct ConfigViews {
+    client: Client,
+    index: Arc<ReverseIndex>,
+}
+
+impl ConfigViews {
+    pub fn new(client: Client, index: Arc<ReverseIndex>) -> Self {
+        Self { client, index }
+    }
+
+    /// `Err(NotYet)` while the index is behind the server for a config of `changes`.
+    pub async fn ensure_current(&self, changes: &[QueuedChange]) -> Result<(), WriteError> {
+        for queued in changes {
+            let config = &queued.change.config;
+            let Some(server) = self.server_version(config).await? else {
+                continue;
+            };
+            let indexed = self.index.config(config).map(|s| s.resource_version);
+            let lag = view_lag(indexed, server);
+            if lag == ViewLag::Current {
+                continue;
+            }
+            if queued.observed_at.elapsed() > MAX_VIEW_WAIT {
+                warn!(config = %config, ?lag, "config view still behind the API server after {MAX_VIEW_WAIT:?}; writing what this replica has");
+                continue;
+            }
+            return Err(WriteError::NotYet(format!(
+                "view of {config} behind the API server ({lag:?}: indexed {indexed:?}, server {server:?})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The server's resourceVersion of `config`: `Ok(None)` when the kind is not checked,
+    /// `Ok(Some(None))` when the object is gone.
+    async fn server_version(&self, config: &ConfigKey) -> Result<Option<Option<u64>>, WriteError> {
+        let meta = match config.kind {
+            ConfigKind::ConfigMap => {
+                Api::<ConfigMap>::namespaced(self.client.clone(), &config.namespace)
+                    .get_metadata_opt(&config.name)
+                    .await
+                    .map(|m| m.map(|m| m.metadata))
+            }
+            ConfigKind::Secret => Api::<Secret>::namespaced(self.client.clone(), &config.namespace)
+                .get_metadata_opt(&config.name)
+                .await
+                .map(|m| m.map(|m| m.metadata)),
+            // Pod statuses are aggregated per pod; their versions are compared by the watch.
+            ConfigKind::SecretProviderClass => return Ok(None),
+        }
+        .map_err(classify)?;
+        Ok(Some(meta.map(|m| crate::index::resource_version(&m))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_is_behind_when_the_server_is_newer_or_unknown_to_it() {
+        assert_eq!(view_lag(Some(10), Some(10)), ViewLag::Current);
+        assert_eq!(
+            view_lag(Some(12), Some(10)),
+            ViewLag::Current,
+            "a read from a lagging cache"
+        );
+        assert_eq!(view_lag(Some(10), Some(12)), ViewLag::Behind);
+        assert_eq!(view_lag(None, Some(12)), ViewLag::Behind);
+        assert_eq!(view_lag(Some(10), None), ViewLag::DeletePending);
+        assert_eq!(view_lag(None, None), ViewLag::Current);
+        assert_eq!(
+            view_lag(Some(0), Some(12)),
+            ViewLag::Current,
+            "unknown version: not compared"
+        );
+    }
+}

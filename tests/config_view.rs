@@ -1,0 +1,128 @@
+//! The handover guard of the write path (src/rollout/config_view.rs) against the real API server:
+//! while this replica's index is behind the server for a config, a write waits (`NotYet`), so a
+//! lagging replica never writes an older hash after another wrote the newer one.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use kube::api::DeleteParams;
+use serde_json::json;
+use tracing::Span;
+
+use common::TestNamespace;
+use common::objects::*;
+use kube_reloader::digest::{ConfigPayload, digest_payload};
+use kube_reloader::index::{ConfigState, ReverseIndex};
+use kube_reloader::model::{ConfigKey, ConfigKind};
+use kube_reloader::rollout::config_view::ConfigViews;
+use kube_reloader::rollout::template::TemplateChange;
+use kube_reloader::rollout::{QueuedChange, WriteError};
+
+fn state(value: &str, resource_version: u64) -> ConfigState {
+    let data = BTreeMap::from([("k".to_string(), value.to_string())]);
+    ConfigState {
+        digest: digest_payload(ConfigPayload::ConfigMap {
+            data,
+            binary_data: BTreeMap::new(),
+        }),
+        ignore: false,
+        matched: false,
+        resource_version,
+    }
+}
+
+fn queued(config: &ConfigKey, observed_at: Instant) -> QueuedChange {
+    QueuedChange {
+        change: TemplateChange {
+            config: config.clone(),
+            hash: Some("h".into()),
+            explicit: false,
+        },
+        observed_at,
+        span: Span::none(),
+    }
+}
+
+async fn server_version(ns: &TestNamespace, name: &str) -> u64 {
+    get(&ns.client, &ns.name, "v1", "ConfigMap", name)
+        .await
+        .expect("the ConfigMap exists")["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a numeric resourceVersion")
+}
+
+fn assert_waits(result: Result<(), WriteError>, why: &str) {
+    match result {
+        Err(WriteError::NotYet(reason)) => assert!(reason.contains("behind"), "{reason}"),
+        other => panic!("{why}: expected NotYet, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_write_waits_while_the_index_is_behind_the_api_server() {
+    let ns = TestNamespace::new("view").await;
+    let c = &ns.client;
+    let created = create(c, &ns.name, configmap("cfg", json!({"k": "v1"}))).await;
+    let key = ConfigKey::new(ConfigKind::ConfigMap, &ns.name, &created.name_any());
+    let index = Arc::new(ReverseIndex::new());
+    let views = ConfigViews::new(c.clone(), index.clone());
+    let now = Instant::now;
+
+    assert_waits(
+        views.ensure_current(&[queued(&key, now())]).await,
+        "the server has a config the index has not listed yet",
+    );
+    let v1 = server_version(&ns, "cfg").await;
+    index.apply_config(key.clone(), state("v1", v1));
+    views
+        .ensure_current(&[queued(&key, now())])
+        .await
+        .expect("the index is current");
+
+    merge_patch(
+        c,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "cfg",
+        json!({"data": {"k": "v2"}}),
+    )
+    .await;
+    assert_waits(
+        views.ensure_current(&[queued(&key, now())]).await,
+        "the server has a newer version than the index",
+    );
+    // A change seen long ago writes anyway (the view may never catch up, e.g. a config that
+    // left the label selector): bounded waiting, never a stuck queue.
+    let long_ago = now() - Duration::from_secs(60);
+    views
+        .ensure_current(&[queued(&key, long_ago)])
+        .await
+        .expect("an old change no longer waits");
+    // Label-only edits bump the version too: caught up once the watch has applied them.
+    let v2 = server_version(&ns, "cfg").await;
+    index.apply_config(key.clone(), state("v2", v2));
+    views
+        .ensure_current(&[queued(&key, now())])
+        .await
+        .expect("caught up");
+
+    api_for(c, &ns.name, "v1", "ConfigMap")
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("deleting the ConfigMap");
+    assert_waits(
+        views.ensure_current(&[queued(&key, now())]).await,
+        "the index still has a config the server deleted",
+    );
+    index.delete_config(&key);
+    views
+        .ensure_current(&[queued(&key, now())])
+        .await
+        .expect("both agree it is gone");
+}
