@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::lease::{self, Member};
-use super::{Assignment, Ownership, ShardState, ShardView};
+use super::{Assignment, Ownership, ShardState};
 
 pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";
 
@@ -306,25 +306,12 @@ impl Coordinator {
 
     /// Installs a newer assignment and tells the watch side what to index and forget.
     fn apply_assignment(&self, next: Assignment) {
-        let view = self.state.view();
-        if view
-            .current
-            .as_ref()
-            .is_some_and(|c| c.generation >= next.generation)
-        {
-            return;
-        }
         let before = self.owned_now();
         let next = Arc::new(next);
-        // Keep acting on what the last completed assignment gave us until every member has synced
-        // the new one. If generations follow each other before a handover completes, the older,
-        // completed one stays: replacing it would leave namespaces with nobody acting on them.
-        let previous = view.previous.clone().or_else(|| view.current.clone());
-        self.state.set_view(ShardView {
-            current: Some(next.clone()),
-            previous,
-            released_previous: false,
-        });
+        let installed = self.state.update_view(|view| view.install(next.clone()));
+        if !installed {
+            return;
+        }
         let after = self.owned_now();
         let change = OwnershipChange {
             generation: next.generation,
@@ -381,10 +368,11 @@ impl Coordinator {
                     continue;
                 }
                 let before = self.owned_now();
-                self.state.set_view(ShardView {
-                    released_previous: true,
-                    ..view
-                });
+                // Only if the assignment did not change while the Leases were read.
+                let released = self.state.update_view(|v| v.release_previous(generation));
+                if !released {
+                    continue;
+                }
                 let after = self.owned_now();
                 let left: Vec<String> = before.difference(&after).cloned().collect();
                 // Writes already started for those namespaces finish before we say so.
@@ -413,12 +401,13 @@ impl Coordinator {
                     .find(|m| &m.identity == id)
                     .is_none_or(|m| !m.live || m.released_generation >= generation)
             });
-            if released_by_all {
-                self.state.set_view(ShardView {
-                    current: Some(current),
-                    previous: None,
-                    released_previous: false,
-                });
+            if !released_by_all {
+                continue;
+            }
+            // A newer assignment installed while the Leases were read keeps its own handover:
+            // completing the older one would put the older assignment back.
+            let completed = self.state.update_view(|v| v.complete_handover(generation));
+            if completed {
                 info!(generation, "handover complete");
             }
         }

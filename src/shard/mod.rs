@@ -34,6 +34,54 @@ pub struct ShardView {
 /// seconds under load; past this window only one replica acts on a namespace.
 pub const SETTLE_WINDOW: Duration = Duration::from_secs(30);
 
+/// View transitions, each applied under the view's lock by [`ShardState::update_view`]. The
+/// handover loop decides from a snapshot taken before reading the Leases; each transition
+/// re-checks the generation so an assignment installed meanwhile is never overwritten.
+impl ShardView {
+    fn generation(&self) -> Option<u64> {
+        self.current.as_ref().map(|a| a.generation)
+    }
+
+    /// Installs a newer assignment (false if not newer). Keeps acting on what the last completed
+    /// assignment gave: if generations follow each other before a handover completes, the older,
+    /// completed one stays as `previous`; replacing it would leave namespaces with nobody acting.
+    pub fn install(&mut self, next: Arc<Assignment>) -> bool {
+        if self.generation().is_some_and(|g| g >= next.generation) {
+            return false;
+        }
+        let previous = self.previous.take().or_else(|| self.current.take());
+        *self = ShardView {
+            current: Some(next),
+            previous,
+            released_previous: false,
+        };
+        true
+    }
+
+    /// Step 1 of a handover of `generation`: stop acting on what only `previous` gave. False if
+    /// the current assignment is no longer `generation`.
+    pub fn release_previous(&mut self, generation: u64) -> bool {
+        if self.generation() != Some(generation) {
+            return false;
+        }
+        if self.previous.is_some() {
+            self.released_previous = true;
+        }
+        true
+    }
+
+    /// Step 2: every previous owner released `generation`; drop `previous`. False (and nothing
+    /// changed) if a newer assignment was installed meanwhile: it keeps its own handover.
+    pub fn complete_handover(&mut self, generation: u64) -> bool {
+        if self.generation() != Some(generation) || !self.released_previous {
+            return false;
+        }
+        self.previous = None;
+        self.released_previous = false;
+        true
+    }
+}
+
 #[derive(Debug)]
 pub struct ShardState {
     pub me: String,
@@ -100,13 +148,21 @@ impl ShardState {
     }
 
     pub fn set_view(&self, view: ShardView) {
-        let mut current = self.view.write().expect("shard view lock");
+        self.update_view(|current| *current = view);
+    }
+
+    /// Changes the view under its lock. Decisions taken from an earlier snapshot must re-check it
+    /// here: an assignment installed meanwhile must never be overwritten by a stale one.
+    pub fn update_view<R>(&self, change: impl FnOnce(&mut ShardView) -> R) -> R {
+        let mut view = self.view.write().expect("shard view lock");
         let generation = |v: &ShardView| v.current.as_ref().map(|a| a.generation);
-        if generation(&current) != generation(&view) || view.previous.is_some() {
+        let before = generation(&view);
+        let result = change(&mut view);
+        if generation(&view) != before || view.previous.is_some() {
             let ms = self.epoch.elapsed().as_millis() as u64;
             self.changed_at_ms.store(ms.max(1), Ordering::Release);
         }
-        *current = view;
+        result
     }
 
     pub fn renewed(&self) {
@@ -346,6 +402,38 @@ mod tests {
         assert!(!settled.settling(), "past the window with no handover");
         settled.view.write().unwrap().previous = Some(first);
         assert!(settled.settling(), "a handover under way");
+    }
+
+    #[test]
+    fn a_handover_completed_from_a_stale_snapshot_never_reverts_a_newer_assignment() {
+        let assignment = |g: u64, members: &[&str]| {
+            Arc::new(Assignment {
+                generation: g,
+                members: members.iter().map(|m| m.to_string()).collect(),
+            })
+        };
+        let mut view = ShardView::default();
+        assert!(view.install(assignment(1, &["r0"])));
+        assert!(view.install(assignment(2, &["r0", "r1", "r2"])));
+        assert!(!view.install(assignment(2, &["r0"])), "not newer");
+        assert!(view.release_previous(2));
+        // Generation 3 arrives while the handover loop reads the Leases for generation 2...
+        assert!(view.install(assignment(3, &["r0", "r1", "r2", "r3"])));
+        assert_eq!(
+            view.previous.as_ref().map(|a| a.generation),
+            Some(1),
+            "the last completed assignment stays previous"
+        );
+        assert!(!view.released_previous, "generation 3 has its own handover");
+        // ...and the loop then completes generation 2: nothing changes (this used to put
+        // generation 2 back and leave the replica acting on it for good).
+        assert!(!view.complete_handover(2));
+        assert!(!view.release_previous(2));
+        assert_eq!(view.generation(), Some(3));
+        assert!(view.release_previous(3));
+        assert!(view.complete_handover(3));
+        assert!(view.previous.is_none());
+        assert_eq!(view.generation(), Some(3));
     }
 
     #[test]
