@@ -106,11 +106,12 @@ pub fn sample(root: u32, t: f64) -> Option<Sample> {
 }
 
 impl ControllerProc {
-    /// Starts `bash -c "exec <cmd>"` in its own process group with `KUBECONFIG=kubeconfig`,
-    /// output appended to `log`, and samples it every `every`.
+    /// Starts `bash -c "exec <cmd>"` in its own process group with `KUBECONFIG=kubeconfig` and
+    /// `env`, output appended to `log`, and samples it every `every`.
     pub fn spawn(
         cmd: &str,
         kubeconfig: &Path,
+        env: &[(String, String)],
         log: &Path,
         epoch: Instant,
         every: Duration,
@@ -126,6 +127,7 @@ impl ControllerProc {
             .arg(format!("exec {cmd}"))
             .env("KUBECONFIG", kubeconfig)
             .env("NO_COLOR", "1")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(f.try_clone()?)
             .stderr(f)

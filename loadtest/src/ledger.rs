@@ -66,6 +66,13 @@ pub struct State {
     pub watch_synced: bool,
     pub watch_errors: u64,
     pub watch_events: u64,
+    /// Workloads created and deleted during the run (churn): key -> the configs it uses. No
+    /// reload is expected of them; one to a change of a config they use is allowed.
+    churned: HashMap<String, Vec<ConfigRef>>,
+    /// Churned workloads whose deletion the watch saw.
+    deleted: HashSet<String>,
+    /// A churned workload that appeared again after the watch saw it deleted.
+    pub resurrected: Vec<(String, f64)>,
 }
 
 impl State {
@@ -102,6 +109,11 @@ impl State {
         self.changes[id].error = Some(error);
     }
 
+    /// A workload of the churn, before it is created.
+    pub fn register_churned(&mut self, key: String, configs: Vec<ConfigRef>) {
+        self.churned.insert(key, configs);
+    }
+
     pub fn workloads_known(&self) -> usize {
         self.workloads.len()
     }
@@ -109,6 +121,9 @@ impl State {
     pub fn apply(&mut self, d: &Deployment, t: f64) {
         self.watch_events += 1;
         let Some(key) = workload_key(d) else { return };
+        if self.deleted.contains(&key) {
+            self.resurrected.push((key.clone(), t));
+        }
         let generation = d.metadata.generation.unwrap_or(0);
         let fields = reloader_fields(d);
         let prev = self.workloads.remove(&key);
@@ -146,6 +161,9 @@ impl State {
     pub fn delete(&mut self, d: &Deployment) {
         if let Some(key) = workload_key(d) {
             self.workloads.remove(&key);
+            if self.churned.contains_key(&key) {
+                self.deleted.insert(key);
+            }
         }
     }
 
@@ -300,8 +318,34 @@ impl State {
                 }
             }
         }
+        v.churned_workloads = self.churned.len();
+        let mut churn_pairs: HashMap<(&str, &str), usize> = HashMap::new();
         for (i, o) in self.observations.iter().enumerate() {
             if explained.contains(&i) {
+                continue;
+            }
+            // A churned workload rolled for a change of a config it uses: allowed, once.
+            let churn_ok = self.churned.get(&o.workload).is_some_and(|configs| {
+                self.by_hash
+                    .get(&o.hash)
+                    .is_some_and(|&id| configs.contains(&self.changes[id].config))
+            });
+            if churn_ok {
+                v.churned_reloads += 1;
+                let n = churn_pairs
+                    .entry((o.workload.as_str(), o.hash.as_str()))
+                    .or_default();
+                *n += 1;
+                if *n > 1 {
+                    v.duplicates += 1;
+                    push_example(
+                        &mut v.examples,
+                        format!(
+                            "{}: churned workload rolled twice to {}",
+                            o.workload, o.hash
+                        ),
+                    );
+                }
                 continue;
             }
             v.unexpected += 1;
@@ -331,7 +375,15 @@ impl State {
             v.unexpected += 1;
             push_example(&mut v.examples, format!("{w}: {f} removed"));
         }
+        for (w, _) in &self.resurrected {
+            v.resurrected += 1;
+            push_example(
+                &mut v.examples,
+                format!("{w}: appeared again after it was deleted"),
+            );
+        }
         v.passed = v.write_errors == 0
+            && v.resurrected == 0
             && v.missing == 0
             && v.unexpected == 0
             && v.duplicates == 0
@@ -368,6 +420,13 @@ pub struct Verdict {
     pub stale: usize,
     /// The hash was written to a variable (or annotation) of another config.
     pub wrong_field: usize,
+    /// Workloads created and deleted during the run (churn); not part of `expected_reloads`.
+    pub churned_workloads: usize,
+    /// Reloads of churned workloads (to a change of a config they use; allowed, not counted as
+    /// expected or unexpected).
+    pub churned_reloads: usize,
+    /// Churned workloads that came back after their deletion was seen (a write recreated them).
+    pub resurrected: usize,
     pub passed: bool,
     pub examples: Vec<String>,
 }

@@ -5,13 +5,16 @@
 //! happened once, nothing else did). See loadtest/README.md.
 
 mod apimetrics;
+mod churn;
 mod controller;
 mod hash;
 mod ledger;
+mod markdown;
 mod objects;
 mod proxy;
 mod report;
 mod scenario;
+mod sharded;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -118,6 +121,11 @@ struct Args {
     /// Override the change rate (changes per second).
     #[arg(long)]
     rate: Option<f64>,
+
+    /// Controller replicas of the `sharded` scenario (each its own process with --sharding; the
+    /// result files are named `sharded-<scale>-<N>r`). Other scenarios run one.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    replicas: u16,
 
     /// Requests in flight while creating objects.
     #[arg(long, default_value_t = 64)]
@@ -254,6 +262,20 @@ async fn run(args: Args) -> Result<bool> {
         log(&format!("summary: {}", path.display()));
     }
     Ok(all_passed)
+}
+
+/// `<scenario>-<scale>[-<N>r][-<label>]`: the stem of a run's result files.
+fn result_name(args: &Args, scenario: Scenario) -> String {
+    let replicas = match scenario {
+        Scenario::Sharded => format!("-{}r", args.replicas),
+        _ => String::new(),
+    };
+    format!(
+        "{}-{}{replicas}{}",
+        scenario.name(),
+        args.scale.name(),
+        label_suffix(args)
+    )
 }
 
 fn label_suffix(args: &Args) -> String {
@@ -474,10 +496,15 @@ async fn observe(client: Client, run_id: String, state: Arc<Mutex<State>>, epoch
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// `n` distinct free ports (the listeners are held until all are chosen).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
 }
 
 fn fill(template: &str, vars: &BTreeMap<&str, String>) -> String {
@@ -540,12 +567,7 @@ async fn run_one(
     client: &Client,
 ) -> Result<(bool, String)> {
     let epoch = Instant::now();
-    let name = format!(
-        "{}-{}{}",
-        scenario.name(),
-        args.scale.name(),
-        label_suffix(args)
-    );
+    let name = result_name(args, scenario);
     let mut plan = Plan::new(scenario, args.scale);
     if let Some(n) = args.namespaces {
         plan.namespaces = n.max(1);
@@ -559,6 +581,9 @@ async fn run_one(
     }
     if let Some(r) = args.rate {
         plan.rate = r;
+    }
+    if scenario == Scenario::Sharded {
+        plan.replicas = usize::from(args.replicas);
     }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
@@ -635,8 +660,12 @@ async fn run_one(
                 "keeping namespaces of run {run_id} (label {RUN_LABEL}={run_id})"
             ));
         } else {
-            match objects::delete_namespaces(&client, &format!("{RUN_LABEL}={run_id}"), conc).await
-            {
+            // The run's namespaces and the sharded scenario's Lease namespace.
+            let selector = format!(
+                "{RUN_LABEL} in ({run_id},{})",
+                sharded::lease_label_value(&run_id)
+            );
+            match objects::delete_namespaces(&client, &selector, conc).await {
                 Ok(n) => log(&format!(
                     "deleting the run's {n} namespaces (in the background)"
                 )),
@@ -678,7 +707,7 @@ async fn run_one(
     report["run"]["objects_created"] = json!(n_objects);
     report["run"]["loadavg_start"] = json!(loadavg_start);
     report["run"]["seed"] = json!(seed);
-    let md = markdown(&report);
+    let md = markdown::markdown(&report);
     std::fs::write(
         results_dir.join(format!("{name}.json")),
         serde_json::to_string_pretty(&report)? + "\n",
@@ -691,7 +720,7 @@ async fn run_one(
             .join(format!("{name}.{{json,md,svg}}"))
             .display()
     ));
-    Ok((passed, summary_row(&report)))
+    Ok((passed, markdown::summary_row(&report)))
 }
 
 #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
@@ -712,12 +741,7 @@ async fn measure(
     special: Vec<ConfigRef>,
     initial_hashes: &BTreeMap<String, ConfigRef>,
 ) -> Result<Value> {
-    let name = format!(
-        "{}-{}{}",
-        scenario.name(),
-        args.scale.name(),
-        label_suffix(args)
-    );
+    let name = result_name(args, scenario);
     let n_workloads = pop.workloads.len();
     let n_configs = pop.configs.len();
     let n_namespaces = pop.namespaces.len();
@@ -761,48 +785,102 @@ async fn measure(
         }
         None => kubeconfig.to_path_buf(),
     };
-    let port = free_port()?;
-    let metrics_addr = format!("127.0.0.1:{port}");
     let scenario_flags = plan.controller_flags(scenario);
-    let vars: BTreeMap<&str, String> = BTreeMap::from([
-        ("bin", bin.unwrap_or_default().to_string()),
-        ("selector", format!("{RUN_LABEL}={run_id}")),
-        ("run_id", run_id.to_string()),
-        ("metrics_addr", metrics_addr.clone()),
-        ("metrics_port", port.to_string()),
-        ("scenario_flags", scenario_flags.clone()),
-        ("kubeconfig", controller_kubeconfig.display().to_string()),
-    ]);
     if !scenario_flags.is_empty() && !args.controller_cmd.contains("{scenario_flags}") {
         log(&format!(
             "WARNING: --controller-cmd has no {{scenario_flags}}: the scenario's flags ({scenario_flags}) are not passed"
         ));
     }
-    let cmd = fill(&args.controller_cmd, &vars);
-    let ready_url = fill(&args.ready_url, &vars);
-    let metrics_url = fill(&args.metrics_url, &vars);
-    let log_path = results_dir.join(format!("{name}.controller.log"));
-    let _ = std::fs::remove_file(&log_path);
+    // One process per replica (sharded: N, each with its own metrics port and identity).
+    let lease_ns = match scenario {
+        Scenario::Sharded => Some(sharded::create_lease_namespace(client, run_id, &own).await?),
+        _ => None,
+    };
+    let ports = free_ports(plan.replicas)?;
+    let (mut cmds, mut ready_urls, mut metrics_urls, mut log_paths, mut envs, mut names) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (i, port) in ports.into_iter().enumerate() {
+        let vars: BTreeMap<&str, String> = BTreeMap::from([
+            ("bin", bin.unwrap_or_default().to_string()),
+            ("selector", format!("{RUN_LABEL}={run_id}")),
+            ("run_id", run_id.to_string()),
+            ("metrics_addr", format!("127.0.0.1:{port}")),
+            ("metrics_port", port.to_string()),
+            ("scenario_flags", scenario_flags.clone()),
+            ("kubeconfig", controller_kubeconfig.display().to_string()),
+        ]);
+        cmds.push(fill(&args.controller_cmd, &vars));
+        ready_urls.push(fill(&args.ready_url, &vars));
+        metrics_urls.push(fill(&args.metrics_url, &vars));
+        let (file, env) = match &lease_ns {
+            Some(ns) => {
+                let me = sharded::replica_name(run_id, i);
+                names.push(me.clone());
+                (
+                    format!("{name}.r{i}"),
+                    vec![
+                        ("POD_NAME".into(), me),
+                        ("POD_NAMESPACE".into(), ns.clone()),
+                    ],
+                )
+            }
+            None => (name.clone(), vec![]),
+        };
+        let log_path = results_dir.join(format!("{file}.controller.log"));
+        let _ = std::fs::remove_file(&log_path);
+        log_paths.push(log_path);
+        envs.push(env);
+    }
+    let (cmd, ready_url, log_path) = (cmds[0].clone(), ready_urls[0].clone(), &log_paths[0]);
     let api_before = apimetrics::scrape(client).await.ok();
     let own_before = own.snapshot();
     let sample_every = Duration::from_millis(500);
-    log(&format!("starting the controller: {cmd}"));
-    let mut procs = vec![ControllerProc::spawn(
-        &cmd,
-        &controller_kubeconfig,
-        &log_path,
-        epoch,
-        sample_every,
-    )?];
+    let t_spawn = Instant::now();
+    let mut procs = Vec::new();
+    for i in 0..cmds.len() {
+        log(&format!("starting the controller: {}", cmds[i]));
+        procs.push(ControllerProc::spawn(
+            &cmds[i],
+            &controller_kubeconfig,
+            &envs[i],
+            &log_paths[i],
+            epoch,
+            sample_every,
+        )?);
+    }
     let ready_timeout = Duration::from_secs_f64(plan.ready_timeout_s);
     let mut ready_times: Vec<f64> = Vec::new();
     if ready_url != "none" {
-        let ttr = procs[0]
-            .wait_ready(&ready_url, ready_timeout, epoch)
-            .await?;
-        log(&format!("controller ready after {ttr:.2}s"));
-        ready_times.push(ttr);
+        let waits = procs
+            .iter_mut()
+            .zip(&ready_urls)
+            .map(|(p, u)| p.wait_ready(u, ready_timeout, epoch));
+        for ttr in futures::future::try_join_all(waits).await? {
+            log(&format!("controller ready after {ttr:.2}s"));
+            ready_times.push(ttr);
+        }
     }
+    let converged = match &lease_ns {
+        Some(ns) => {
+            let replicas = sharded::Replicas {
+                lease_ns: ns,
+                names: &names,
+                ready_urls: &ready_urls,
+                metrics_urls: &metrics_urls,
+            };
+            let c =
+                sharded::wait_converged(client, &replicas, n_namespaces, ready_timeout, t_spawn)
+                    .await?;
+            log(&format!(
+                "{} replicas converged after {:.2}s: owned namespaces {:?}",
+                names.len(),
+                c.after_s,
+                c.owned
+            ));
+            Some(c)
+        }
+        None => None,
+    };
     tokio::time::sleep(Duration::from_secs_f64(plan.warmup_s)).await;
     let proxy_at_changes = proxy.as_ref().map(|p| p.stats());
     let t_changes = epoch.elapsed().as_secs_f64();
@@ -819,14 +897,25 @@ async fn measure(
         phase: Mutex::new(scenario.name().to_string()),
     });
     let mut notes = serde_json::Map::new();
+    let mut churn_outcome: Option<churn::Outcome> = None;
     let timeout_for = |pairs: usize| Duration::from_secs_f64(plan.wait_base_s + pairs as f64 * 0.1);
 
     // ---- drive
     let completed = match scenario {
-        Scenario::Steady | Scenario::Annotations => {
+        Scenario::Steady | Scenario::Annotations | Scenario::Sharded => {
             let configs = ctx.pick_configs(rng, plan.changes, standard);
             log(&format!("{} changes at {}/s", configs.len(), plan.rate));
             ctx.drive_at_rate(configs, plan.rate, None).await;
+            ctx.wait_reloads(timeout_for(plan.changes)).await
+        }
+        Scenario::Churn => {
+            let configs = ctx.pick_configs(rng, plan.changes, standard);
+            log(&format!("{} changes at {}/s", configs.len(), plan.rate));
+            let ((), outcome) = tokio::join!(
+                ctx.drive_at_rate(configs.clone(), plan.rate, None),
+                churn::run(&ctx, &configs, plan, &ready_url)
+            );
+            churn_outcome = Some(outcome);
             ctx.wait_reloads(timeout_for(plan.changes)).await
         }
         Scenario::Burst | Scenario::Ratelimit => {
@@ -978,7 +1067,8 @@ async fn measure(
                 let mut p = ControllerProc::spawn(
                     &cmd,
                     &controller_kubeconfig,
-                    &log_path,
+                    &envs[0],
+                    log_path,
                     epoch,
                     sample_every,
                 )?;
@@ -1010,26 +1100,48 @@ async fn measure(
     let proxy_final = proxy.as_ref().map(|p| p.stats());
     let api_after = apimetrics::scrape(client).await.ok();
     let own_after = own.snapshot();
-    if metrics_url != "none" {
-        let u = metrics_url.clone();
-        if let Ok(Some((200, body))) =
-            tokio::task::spawn_blocking(move || controller::http_get(&u)).await
-        {
-            let _ = std::fs::write(
-                results_dir.join(format!("{name}.controller-metrics.txt")),
-                body,
-            );
+    // The last process's /metrics (every replica's, when sharded), saved next to the results.
+    let scrape_from: Vec<usize> = match lease_ns {
+        Some(_) => (0..metrics_urls.len()).collect(),
+        None => vec![0],
+    };
+    let mut final_metrics: Vec<Option<String>> = Vec::new();
+    for i in scrape_from {
+        let u = metrics_urls[i].clone();
+        let body = match u.as_str() {
+            "none" => None,
+            _ => match tokio::task::spawn_blocking(move || controller::http_get(&u)).await {
+                Ok(Some((200, body))) => Some(body),
+                _ => None,
+            },
+        };
+        if let Some(b) = &body {
+            let file = match lease_ns {
+                Some(_) => format!("{name}.r{i}.controller-metrics.txt"),
+                None => format!("{name}.controller-metrics.txt"),
+            };
+            let _ = std::fs::write(results_dir.join(file), b);
         }
+        final_metrics.push(body);
     }
-    let mut exits = Vec::new();
+    // Sharded: every replica stops at once (each hands over, then exits); otherwise the last
+    // process (the earlier ones of `restart` were killed).
+    let t_stop = Instant::now();
+    let n_procs = procs.len();
+    let stopping = procs
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| lease_ns.is_some() || i + 1 == n_procs)
+        .map(|(_, p)| p.terminate(Duration::from_secs(30), epoch));
+    let exits = futures::future::join_all(stopping).await;
+    notes.insert(
+        "shutdown_s".into(),
+        json!(report::round(t_stop.elapsed().as_secs_f64())),
+    );
     let mut per_process = Vec::new();
     let mut timelines = Vec::new();
-    let n_procs = procs.len();
     for (i, p) in procs.iter_mut().enumerate() {
-        if i + 1 == n_procs {
-            exits.push(p.terminate(Duration::from_secs(15), epoch).await);
-        }
-        let changes_from = if i == 0 {
+        let changes_from = if i == 0 || lease_ns.is_some() {
             t_changes
         } else {
             p.ready_at.unwrap_or(p.started_at)
@@ -1064,6 +1176,53 @@ async fn measure(
         verdict
             .examples
             .push("timed out waiting for reloads".into());
+    }
+    let (mut churn_json, mut sharding_json) = (None, None);
+    if let Some(o) = &churn_outcome {
+        let errors = final_metrics
+            .first()
+            .cloned()
+            .flatten()
+            .map(|m| churn::controller_errors(&m));
+        let failed = o.failed()
+            || errors.as_ref().is_some_and(|e| {
+                e["reload_failures"].as_f64().unwrap_or(0.0) > 0.0
+                    || e["errors_permanent"].as_f64().unwrap_or(0.0) > 0.0
+            });
+        if failed {
+            verdict.passed = false;
+            verdict.examples.push(format!(
+                "churn: {} create / {} delete errors, {} failed /ready polls, controller errors {}: {}",
+                o.create_errors,
+                o.delete_errors,
+                o.health_failures,
+                errors.clone().unwrap_or_default(),
+                o.errors.join("; ")
+            ));
+        }
+        let codes = proxy_final
+            .as_ref()
+            .map(|s| json!(s.workload_write_codes))
+            .unwrap_or_default();
+        churn_json = Some(json!({
+                "outcome": o,
+                "controller_errors_at_end": errors,
+                "controller_workload_write_codes": codes,
+                "note": "404 on a workload write: the controller wrote to a workload deleted meanwhile and the API server refused (nothing written); a churned workload seen again after its deletion fails the run (resurrected)",
+        }));
+    }
+    if let Some(c) = &converged {
+        let owned_end: Vec<Option<u64>> = final_metrics
+            .iter()
+            .map(|m| m.as_deref().and_then(sharded::owned_namespaces))
+            .collect();
+        sharding_json = Some(sharded::report(
+            &names,
+            &per_process,
+            c,
+            &owned_end,
+            n_namespaces,
+        ));
     }
     let mut by_tag: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for r in &reloads {
@@ -1195,7 +1354,10 @@ async fn measure(
 
     let mut sorted_ms: Vec<f64> = all_lat.iter().map(|s| report::round(s * 1000.0)).collect();
     sorted_ms.sort_by(f64::total_cmp);
-    let resources = per_process.last().cloned().unwrap_or_default();
+    let resources = match lease_ns {
+        Some(_) => sharded::totals(&per_process),
+        None => per_process.last().cloned().unwrap_or_default(),
+    };
     Ok(json!({
         "scenario": scenario.name(),
         "scale": args.scale.name(),
@@ -1211,6 +1373,7 @@ async fn measure(
         "controller": {
             "label": args.controller_label,
             "command": cmd,
+            "replicas": plan.replicas,
             "binary_sha1": bin.and_then(file_sha1),
             "exit": exits,
             "log": log_path.display().to_string(),
@@ -1230,218 +1393,11 @@ async fn measure(
         "time_to_ready_s": ready_times.iter().map(|t| (t * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
         "resources": resources,
         "resources_per_process": per_process,
+        "sharding": sharding_json,
+        "churn": churn_json,
         "resource_timeline": timelines,
         "api_requests": api_json,
         "apiserver_delta": apiserver_delta,
         "watch": {"events": st.watch_events, "errors": st.watch_errors},
     }))
-}
-
-fn fmt_counts_top(v: &Value, n: usize) -> String {
-    let Some(m) = v.as_object() else {
-        return String::new();
-    };
-    let mut items: Vec<(&String, u64)> = m
-        .iter()
-        .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
-        .collect();
-    items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    items
-        .iter()
-        .take(n)
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn markdown(r: &Value) -> String {
-    let c = &r["correctness"];
-    let l = &r["latency_ms"];
-    let res = &r["resources"];
-    let api = &r["api_requests"];
-    let mut s = format!(
-        "### {} / {}{}\n\nrun {} · {} · machine: {} CPUs ({}), {} GiB, shared (load avg {} at start, {} at end)\n\n| | |\n|---|---|\n",
-        r["scenario"].as_str().unwrap_or(""),
-        r["scale"].as_str().unwrap_or(""),
-        r["controller"]["label"]
-            .as_str()
-            .map(|l| format!(" — {l}"))
-            .unwrap_or_default(),
-        r["run"]["id"].as_str().unwrap_or(""),
-        r["controller"]["command"].as_str().unwrap_or(""),
-        r["run"]["machine"]["cpus"],
-        r["run"]["machine"]["cpu_model"].as_str().unwrap_or(""),
-        r["run"]["machine"]["mem_gib"],
-        r["run"]["loadavg_start"].as_str().unwrap_or(""),
-        r["run"]["loadavg_end"].as_str().unwrap_or(""),
-    );
-    let mut row = |k: &str, v: String| {
-        s.push_str(&format!("| {k} | {v} |\n"));
-    };
-    row(
-        "population",
-        format!(
-            "{} namespaces, {} Deployments, {} configs (created in {} s)",
-            r["population"]["namespaces"],
-            r["population"]["workloads"],
-            r["population"]["configs"],
-            r["run"]["setup_s"]
-        ),
-    );
-    let plan = &r["plan"];
-    let driven = match r["scenario"].as_str().unwrap_or("") {
-        "steady" | "annotations" => format!("{} at {}/s", plan["changes"], plan["rate"]),
-        "burst" | "ratelimit" => format!("{} at once", plan["changes"]),
-        "fanout" => format!(
-            "{} changes of one ConfigMap used by {} Deployments, one after the other",
-            plan["fanout_changes"], plan["fanout_width"]
-        ),
-        "noop" => format!(
-            "{} label/annotation-only updates at {}/s, then 2 real changes (sentinels)",
-            plan["changes"], plan["rate"]
-        ),
-        "large" => format!(
-            "{} changes of {} Secrets of {} bytes at {}/s",
-            plan["changes"], plan["large_secrets"], plan["large_secret_bytes"], plan["rate"]
-        ),
-        "restart" => format!(
-            "{n} priming changes at once, then {n} at {}/s; SIGKILL after {}, down {} s",
-            plan["rate"],
-            plan["kill_after"],
-            plan["down_s"],
-            n = plan["changes"]
-        ),
-        _ => String::new(),
-    };
-    row("config changes", format!("{} ({driven})", c["changes"]));
-    row(
-        "correctness",
-        format!(
-            "**{}**: {}/{} expected reloads seen ({} folded into a later change), {} missing, {} unexpected, {} duplicates, {} stale, {} wrong field, {} write errors",
-            if c["passed"].as_bool().unwrap_or(false) {
-                "PASS"
-            } else {
-                "FAIL"
-            },
-            c["reloaded"],
-            c["expected_reloads"],
-            c["coalesced"],
-            c["missing"],
-            c["unexpected"],
-            c["duplicates"],
-            c["stale"],
-            c["wrong_field"],
-            c["write_errors"]
-        ),
-    );
-    if let Some(ex) = c["examples"].as_array().filter(|e| !e.is_empty()) {
-        row(
-            "examples",
-            ex.iter()
-                .take(5)
-                .filter_map(|e| e.as_str())
-                .collect::<Vec<_>>()
-                .join("; "),
-        );
-    }
-    row(
-        "reload latency (write ack -> template change seen)",
-        format!(
-            "p50 {} ms · p90 {} ms · p99 {} ms · max {} ms (n={})",
-            l["p50_ms"], l["p90_ms"], l["p99_ms"], l["max_ms"], l["count"]
-        ),
-    );
-    if let Some(tags) = r["latency_ms_by_tag"].as_object().filter(|t| t.len() > 1) {
-        for (tag, t) in tags {
-            row(
-                &format!("  latency, {tag}"),
-                format!(
-                    "p50 {} ms · p99 {} ms · max {} ms (n={})",
-                    t["p50_ms"], t["p99_ms"], t["max_ms"], t["count"]
-                ),
-            );
-        }
-    }
-    let ready: Vec<String> = r["time_to_ready_s"]
-        .as_array()
-        .map(|a| a.iter().map(|t| format!("{t} s")).collect())
-        .unwrap_or_default();
-    row(
-        "time to ready (start -> /ready 200)",
-        if ready.is_empty() {
-            "not measured".into()
-        } else {
-            ready.join(", then after the restart ")
-        },
-    );
-    row(
-        "controller RSS",
-        format!(
-            "at ready {} MiB · steady {} MiB · end {} MiB · peak (VmHWM) {} MiB",
-            res["rss_at_ready_mib"], res["rss_steady_mib"], res["rss_end_mib"], res["rss_peak_mib"]
-        ),
-    );
-    row(
-        "controller CPU-seconds",
-        format!(
-            "to ready {} · change phase {} · total {}",
-            res["cpu_s_to_ready"], res["cpu_s_change_phase"], res["cpu_s_total"]
-        ),
-    );
-    if api.get("startup_total").is_some() {
-        row(
-            "controller API requests (counting proxy)",
-            format!(
-                "startup {} ({}) · change phase {} ({})",
-                api["startup_total"],
-                fmt_counts_top(&api["startup"], 8),
-                api["change_phase_total"],
-                fmt_counts_top(&api["change_phase"], 8)
-            ),
-        );
-    }
-    if let Some(n) = r["notes"].as_object().filter(|n| !n.is_empty()) {
-        row(
-            "notes",
-            serde_json::to_string(n)
-                .unwrap_or_default()
-                .replace('|', "/"),
-        );
-    }
-    s.push('\n');
-    s
-}
-
-fn summary_row(r: &Value) -> String {
-    let c = &r["correctness"];
-    let l = &r["latency_ms"];
-    let res = &r["resources"];
-    format!(
-        "| {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-        r["scenario"].as_str().unwrap_or(""),
-        if c["passed"].as_bool().unwrap_or(false) {
-            "PASS"
-        } else {
-            "**FAIL**"
-        },
-        c["reloaded"],
-        c["expected_reloads"],
-        c["missing"],
-        c["unexpected"],
-        c["duplicates"],
-        l["p50_ms"],
-        l["p99_ms"],
-        l["max_ms"],
-        r["time_to_ready_s"]
-            .as_array()
-            .map(|a| a
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(" / "))
-            .unwrap_or_default(),
-        res["rss_peak_mib"],
-        res["cpu_s_total"],
-        r["api_requests"]["change_phase_total"],
-    )
 }

@@ -28,6 +28,9 @@ pub struct Stats {
     pub workload_writes: Vec<f64>,
     /// Run-clock times of get requests on workload resources (a write is usually read first).
     pub workload_reads: Vec<f64>,
+    /// Response codes of create/update/patch requests on workload resources (404: the workload
+    /// was deleted meanwhile).
+    pub workload_write_codes: BTreeMap<u16, u64>,
     pub upstream_errors: u64,
 }
 
@@ -152,6 +155,8 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let (verb, resource) = classify(&parts.method, parts.uri.path(), parts.uri.query());
+    let workload_write = WORKLOAD_RESOURCES.contains(&resource.as_str())
+        && matches!(verb.as_str(), "create" | "update" | "patch");
     {
         let mut s = st.stats.lock().unwrap();
         if WORKLOAD_RESOURCES.contains(&resource.as_str()) {
@@ -186,12 +191,13 @@ async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
     match st.client.send(out).await {
         Ok(resp) => {
             let (mut p, b) = resp.into_parts();
-            *st.stats
-                .lock()
-                .unwrap()
-                .status_codes
-                .entry(p.status.as_u16())
-                .or_default() += 1;
+            {
+                let mut s = st.stats.lock().unwrap();
+                *s.status_codes.entry(p.status.as_u16()).or_default() += 1;
+                if workload_write {
+                    *s.workload_write_codes.entry(p.status.as_u16()).or_default() += 1;
+                }
+            }
             let names: Vec<HeaderName> = p
                 .headers
                 .keys()

@@ -25,12 +25,16 @@ pub enum Scenario {
     Restart,
     /// `steady` with --reload-strategy=annotations.
     Annotations,
+    /// `steady` against N controller replicas with --sharding (--replicas N).
+    Sharded,
+    /// `steady` while extra workloads are created and deleted continuously.
+    Churn,
     /// Every scenario above, one after the other.
     All,
 }
 
 impl Scenario {
-    pub const EACH: [Scenario; 8] = [
+    pub const EACH: [Scenario; 10] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -39,6 +43,8 @@ impl Scenario {
         Scenario::Ratelimit,
         Scenario::Restart,
         Scenario::Annotations,
+        Scenario::Sharded,
+        Scenario::Churn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +57,8 @@ impl Scenario {
             Scenario::Ratelimit => "ratelimit",
             Scenario::Restart => "restart",
             Scenario::Annotations => "annotations",
+            Scenario::Sharded => "sharded",
+            Scenario::Churn => "churn",
             Scenario::All => "all",
         }
     }
@@ -98,6 +106,11 @@ pub struct Plan {
     pub kill_after: usize,
     /// ... and stays down this long.
     pub down_s: f64,
+    /// Controller replicas (sharded; 1 otherwise).
+    pub replicas: usize,
+    /// Extra workloads created per second, each deleted `churn_lifetime_s` later (churn).
+    pub churn_rate: f64,
+    pub churn_lifetime_s: f64,
     /// Wait after /ready before the first change.
     pub warmup_s: f64,
     /// Wait after the last expected reload, to catch late duplicates and unwanted reloads.
@@ -128,6 +141,9 @@ impl Plan {
             limit_burst: if big { 20 } else { 10 },
             kill_after: 0,
             down_s: if big { 10.0 } else { 3.0 },
+            replicas: 1,
+            churn_rate: 5.0,
+            churn_lifetime_s: 2.0,
             warmup_s: if big { 5.0 } else { 1.0 },
             settle_s: if big { 10.0 } else { 3.0 },
             ready_timeout_s: match scale {
@@ -163,6 +179,9 @@ impl Plan {
                 self.limit_rate, self.limit_burst
             ),
             Scenario::Annotations => "--reload-strategy=annotations".into(),
+            Scenario::Sharded => {
+                "--sharding --lease-duration=4s --renew-deadline=3s --retry-period=1s".into()
+            }
             _ => String::new(),
         }
     }

@@ -1,0 +1,260 @@
+//! The Markdown of a run (`<scenario>-<scale>.md`) and its row in `summary-<scale>.md`.
+
+use serde_json::Value;
+
+fn fmt_counts_top(v: &Value, n: usize) -> String {
+    let Some(m) = v.as_object() else {
+        return String::new();
+    };
+    let mut items: Vec<(&String, u64)> = m
+        .iter()
+        .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
+        .collect();
+    items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    items
+        .iter()
+        .take(n)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn markdown(r: &Value) -> String {
+    let c = &r["correctness"];
+    let l = &r["latency_ms"];
+    let res = &r["resources"];
+    let api = &r["api_requests"];
+    let mut s = format!(
+        "### {} / {}{}\n\nrun {} · {} · machine: {} CPUs ({}), {} GiB, shared (load avg {} at start, {} at end)\n\n| | |\n|---|---|\n",
+        r["scenario"].as_str().unwrap_or(""),
+        r["scale"].as_str().unwrap_or(""),
+        r["controller"]["label"]
+            .as_str()
+            .map(|l| format!(" — {l}"))
+            .unwrap_or_default(),
+        r["run"]["id"].as_str().unwrap_or(""),
+        r["controller"]["command"].as_str().unwrap_or(""),
+        r["run"]["machine"]["cpus"],
+        r["run"]["machine"]["cpu_model"].as_str().unwrap_or(""),
+        r["run"]["machine"]["mem_gib"],
+        r["run"]["loadavg_start"].as_str().unwrap_or(""),
+        r["run"]["loadavg_end"].as_str().unwrap_or(""),
+    );
+    let mut row = |k: &str, v: String| {
+        s.push_str(&format!("| {k} | {v} |\n"));
+    };
+    row(
+        "population",
+        format!(
+            "{} namespaces, {} Deployments, {} configs (created in {} s)",
+            r["population"]["namespaces"],
+            r["population"]["workloads"],
+            r["population"]["configs"],
+            r["run"]["setup_s"]
+        ),
+    );
+    let plan = &r["plan"];
+    let driven = match r["scenario"].as_str().unwrap_or("") {
+        "steady" | "annotations" => format!("{} at {}/s", plan["changes"], plan["rate"]),
+        "sharded" => format!(
+            "{} at {}/s, {} replicas with --sharding",
+            plan["changes"], plan["rate"], plan["replicas"]
+        ),
+        "churn" => format!(
+            "{} at {}/s while {} extra Deployments/s are created, each deleted {} s later",
+            plan["changes"], plan["rate"], plan["churn_rate"], plan["churn_lifetime_s"]
+        ),
+        "burst" | "ratelimit" => format!("{} at once", plan["changes"]),
+        "fanout" => format!(
+            "{} changes of one ConfigMap used by {} Deployments, one after the other",
+            plan["fanout_changes"], plan["fanout_width"]
+        ),
+        "noop" => format!(
+            "{} label/annotation-only updates at {}/s, then 2 real changes (sentinels)",
+            plan["changes"], plan["rate"]
+        ),
+        "large" => format!(
+            "{} changes of {} Secrets of {} bytes at {}/s",
+            plan["changes"], plan["large_secrets"], plan["large_secret_bytes"], plan["rate"]
+        ),
+        "restart" => format!(
+            "{n} priming changes at once, then {n} at {}/s; SIGKILL after {}, down {} s",
+            plan["rate"],
+            plan["kill_after"],
+            plan["down_s"],
+            n = plan["changes"]
+        ),
+        _ => String::new(),
+    };
+    row("config changes", format!("{} ({driven})", c["changes"]));
+    row(
+        "correctness",
+        format!(
+            "**{}**: {}/{} expected reloads seen ({} folded into a later change), {} missing, {} unexpected, {} duplicates, {} stale, {} wrong field, {} write errors",
+            if c["passed"].as_bool().unwrap_or(false) {
+                "PASS"
+            } else {
+                "FAIL"
+            },
+            c["reloaded"],
+            c["expected_reloads"],
+            c["coalesced"],
+            c["missing"],
+            c["unexpected"],
+            c["duplicates"],
+            c["stale"],
+            c["wrong_field"],
+            c["write_errors"]
+        ),
+    );
+    if c["churned_workloads"].as_u64().unwrap_or(0) > 0 {
+        let ch = &r["churn"];
+        let o = &ch["outcome"];
+        row(
+            "churn",
+            format!(
+                "{} workloads created, {} deleted ({} / {} errors); {} of their reloads (allowed, not counted above), {} reappeared after deletion; controller workload writes by response code {}; controller errors at the end {}; /ready {} polls, {} not 200",
+                o["created"],
+                o["deleted"],
+                o["create_errors"],
+                o["delete_errors"],
+                c["churned_reloads"],
+                c["resurrected"],
+                ch["controller_workload_write_codes"],
+                ch["controller_errors_at_end"],
+                o["health_polls"],
+                o["health_failures"],
+            ),
+        );
+    }
+    if let Some(ex) = c["examples"].as_array().filter(|e| !e.is_empty()) {
+        row(
+            "examples",
+            ex.iter()
+                .take(5)
+                .filter_map(|e| e.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+    }
+    row(
+        "reload latency (write ack -> template change seen)",
+        format!(
+            "p50 {} ms · p90 {} ms · p99 {} ms · max {} ms (n={})",
+            l["p50_ms"], l["p90_ms"], l["p99_ms"], l["max_ms"], l["count"]
+        ),
+    );
+    if let Some(tags) = r["latency_ms_by_tag"].as_object().filter(|t| t.len() > 1) {
+        for (tag, t) in tags {
+            row(
+                &format!("  latency, {tag}"),
+                format!(
+                    "p50 {} ms · p99 {} ms · max {} ms (n={})",
+                    t["p50_ms"], t["p99_ms"], t["max_ms"], t["count"]
+                ),
+            );
+        }
+    }
+    let ready: Vec<String> = r["time_to_ready_s"]
+        .as_array()
+        .map(|a| a.iter().map(|t| format!("{t} s")).collect())
+        .unwrap_or_default();
+    let sharded = r["sharding"].is_object();
+    row(
+        "time to ready (start -> /ready 200)",
+        if ready.is_empty() {
+            "not measured".into()
+        } else if sharded {
+            format!("{} (per replica)", ready.join(", "))
+        } else {
+            ready.join(", then after the restart ")
+        },
+    );
+    if sharded {
+        for (k, v) in crate::sharded::markdown_rows(r) {
+            row(&k, v);
+        }
+    }
+    row(
+        if sharded {
+            "controller RSS (sum of the replicas)"
+        } else {
+            "controller RSS"
+        },
+        format!(
+            "at ready {} MiB · steady {} MiB · end {} MiB · peak (VmHWM) {} MiB",
+            res["rss_at_ready_mib"], res["rss_steady_mib"], res["rss_end_mib"], res["rss_peak_mib"]
+        ),
+    );
+    row(
+        if sharded {
+            "controller CPU-seconds (sum of the replicas)"
+        } else {
+            "controller CPU-seconds"
+        },
+        format!(
+            "to ready {} · change phase {} · total {}",
+            res["cpu_s_to_ready"], res["cpu_s_change_phase"], res["cpu_s_total"]
+        ),
+    );
+    if api.get("startup_total").is_some() {
+        row(
+            "controller API requests (counting proxy)",
+            format!(
+                "startup {} ({}) · change phase {} ({})",
+                api["startup_total"],
+                fmt_counts_top(&api["startup"], 8),
+                api["change_phase_total"],
+                fmt_counts_top(&api["change_phase"], 8)
+            ),
+        );
+    }
+    if let Some(n) = r["notes"].as_object().filter(|n| !n.is_empty()) {
+        row(
+            "notes",
+            serde_json::to_string(n)
+                .unwrap_or_default()
+                .replace('|', "/"),
+        );
+    }
+    s.push('\n');
+    s
+}
+
+pub fn summary_row(r: &Value) -> String {
+    let c = &r["correctness"];
+    let l = &r["latency_ms"];
+    let res = &r["resources"];
+    let scenario = match r["plan"]["replicas"].as_u64() {
+        Some(n) if r["sharding"].is_object() => format!("sharded ({n} replicas; RSS, CPU: sum)"),
+        _ => r["scenario"].as_str().unwrap_or("").to_string(),
+    };
+    format!(
+        "| {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        scenario,
+        if c["passed"].as_bool().unwrap_or(false) {
+            "PASS"
+        } else {
+            "**FAIL**"
+        },
+        c["reloaded"],
+        c["expected_reloads"],
+        c["missing"],
+        c["unexpected"],
+        c["duplicates"],
+        l["p50_ms"],
+        l["p99_ms"],
+        l["max_ms"],
+        r["time_to_ready_s"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "))
+            .unwrap_or_default(),
+        res["rss_peak_mib"],
+        res["cpu_s_total"],
+        r["api_requests"]["change_phase_total"],
+    )
+}
