@@ -226,7 +226,10 @@ pub fn summary_row(r: &Value) -> String {
     let l = &r["latency_ms"];
     let res = &r["resources"];
     let scenario = match r["plan"]["replicas"].as_u64() {
-        Some(n) if r["sharding"].is_object() => format!("sharded ({n} replicas; RSS, CPU: sum)"),
+        Some(n) if r["sharding"].is_object() => format!(
+            "sharded ({n} replica{}; RSS, CPU: sum)",
+            if n == 1 { "" } else { "s" }
+        ),
         _ => r["scenario"].as_str().unwrap_or("").to_string(),
     };
     format!(
