@@ -35,11 +35,11 @@ fn state(value: &str, resource_version: u64) -> ConfigState {
     }
 }
 
-fn queued(config: &ConfigKey, observed_at: Instant) -> QueuedChange {
+fn queued(config: &ConfigKey, hash: Option<&str>, observed_at: Instant) -> QueuedChange {
     QueuedChange {
         change: TemplateChange {
             config: config.clone(),
-            hash: Some("h".into()),
+            hash: hash.map(str::to_owned),
             explicit: false,
         },
         observed_at,
@@ -72,15 +72,18 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     let index = Arc::new(ReverseIndex::new());
     let views = ConfigViews::new(c.clone(), index.clone());
     let now = Instant::now;
+    let h1 = state("v1", 0).digest.reloader_hash();
+    let h2 = state("v2", 0).digest.reloader_hash();
+    let change = |hash: &str| queued(&key, Some(hash), now());
 
     assert_waits(
-        views.ensure_current(&[queued(&key, now())]).await,
+        views.ensure_current(&[change(&h1)]).await,
         "the server has a config the index has not listed yet",
     );
     let v1 = server_version(&ns, "cfg").await;
     index.apply_config(key.clone(), state("v1", v1));
     views
-        .ensure_current(&[queued(&key, now())])
+        .ensure_current(&[change(&h1)])
         .await
         .expect("the index is current");
 
@@ -94,35 +97,38 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     )
     .await;
     assert_waits(
-        views.ensure_current(&[queued(&key, now())]).await,
+        views.ensure_current(&[change(&h1)]).await,
         "the server has a newer version than the index",
     );
     // A change seen long ago writes anyway (the view may never catch up, e.g. a config that
     // left the label selector): bounded waiting, never a stuck queue.
     let long_ago = now() - Duration::from_secs(60);
     views
-        .ensure_current(&[queued(&key, long_ago)])
+        .ensure_current(&[queued(&key, Some(&h1), long_ago)])
         .await
         .expect("an old change no longer waits");
-    // Label-only edits bump the version too: caught up once the watch has applied them.
     let v2 = server_version(&ns, "cfg").await;
     index.apply_config(key.clone(), state("v2", v2));
+    assert_waits(
+        views.ensure_current(&[change(&h1)]).await,
+        "the index already has a newer state than the change (the newer change is queued)",
+    );
     views
-        .ensure_current(&[queued(&key, now())])
+        .ensure_current(&[change(&h2)])
         .await
-        .expect("caught up");
+        .expect("the newest change, and the view caught up");
 
     api_for(c, &ns.name, "v1", "ConfigMap")
         .delete("cfg", &DeleteParams::default())
         .await
         .expect("deleting the ConfigMap");
     assert_waits(
-        views.ensure_current(&[queued(&key, now())]).await,
+        views.ensure_current(&[change(&h2)]).await,
         "the index still has a config the server deleted",
     );
     index.delete_config(&key);
     views
-        .ensure_current(&[queued(&key, now())])
+        .ensure_current(&[queued(&key, None, now())])
         .await
         .expect("both agree it is gone");
 }

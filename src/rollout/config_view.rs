@@ -1,12 +1,16 @@
-//! Before writing during a shard handover, checks that this replica's view of each config is as
-//! new as the API server's.
+//! Before writing during a shard handover, checks that the change about to be written is the
+//! newest this replica knows and that this replica's view of the config is as new as the API
+//! server's.
 //!
 //! In a handover two replicas act on one namespace for a moment, each from its own watch. The one
 //! whose list or watch lags could write a config's older hash after the other wrote the newer one
-//! (the workload would roll back and forth: A, B, A, B). So while settling, a write compares the
-//! resourceVersion its index holds for each config with the server's (a metadata-only GET: no
-//! payload crosses the wire) and waits while the index is behind; the queue retries the write
-//! with the newer changes the watch brings meanwhile. Outside handovers nothing is checked.
+//! (the workload would roll back and forth: A, B, A, B). So while settling, a write reads the
+//! workload first, then compares, for each config it writes, the resourceVersion its index holds
+//! with the server's (a metadata-only GET: no payload crosses the wire) and the change's hash with
+//! the index's; it waits while either is behind, and the queue retries with the newer changes the
+//! watch brings meanwhile. The order matters: another replica's newer write that lands before
+//! our read of the workload implies a newer config, which this check sees; one that lands after
+//! it fails our write's resourceVersion test. Outside handovers nothing is checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +37,8 @@ pub enum ViewLag {
     Behind,
     /// The index still holds a config the server deleted: the delete event is on its way.
     DeletePending,
+    /// The index already holds a newer state than the change: the newer change is queued.
+    Superseded,
 }
 
 /// Pure comparison of resourceVersions (`None`: absent on that side; 0: unknown, not compared).
@@ -55,24 +61,35 @@ impl ConfigViews {
         Self { client, index }
     }
 
-    /// `Err(NotYet)` while the index is behind the server for a config of `changes`.
+    /// `Err(NotYet)` while a change is not the newest indexed one for its config, or the index is
+    /// behind the server for that config.
     pub async fn ensure_current(&self, changes: &[QueuedChange]) -> Result<(), WriteError> {
         for queued in changes {
             let config = &queued.change.config;
-            let Some(server) = self.server_version(config).await? else {
-                continue;
+            let indexed = self.index.config(config);
+            let superseded = match (&queued.change.hash, &indexed) {
+                (Some(hash), Some(state)) => *hash != state.digest.reloader_hash(),
+                (Some(_), None) | (None, Some(_)) => true,
+                (None, None) => false,
             };
-            let indexed = self.index.config(config).map(|s| s.resource_version);
-            let lag = view_lag(indexed, server);
+            let lag = if superseded {
+                ViewLag::Superseded
+            } else {
+                match self.server_version(config).await? {
+                    Some(server) => view_lag(indexed.map(|s| s.resource_version), server),
+                    None => ViewLag::Current,
+                }
+            };
             if lag == ViewLag::Current {
                 continue;
             }
             if queued.observed_at.elapsed() > MAX_VIEW_WAIT {
-                warn!(config = %config, ?lag, "config view still behind the API server after {MAX_VIEW_WAIT:?}; writing what this replica has");
+                warn!(config = %config, ?lag, "config view still behind after {MAX_VIEW_WAIT:?}; writing what this replica has");
                 continue;
             }
             return Err(WriteError::NotYet(format!(
-                "view of {config} behind the API server ({lag:?}: indexed {indexed:?}, server {server:?})"
+                "view of {config} behind ({lag:?}, indexed version {:?})",
+                indexed.map(|s| s.resource_version)
             )));
         }
         Ok(())

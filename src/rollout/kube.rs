@@ -140,10 +140,6 @@ impl KubeWriter {
                 "fenced: membership Lease not renewed".into(),
             ));
         }
-        // Right after a handover another replica may have written from a newer view of a config.
-        if self.ownership.settling() {
-            self.config_views.ensure_current(changes).await?;
-        }
         let api = self.api(key);
         let object = match api.get_opt(&key.name).await.map_err(classify)? {
             Some(o) => o,
@@ -152,6 +148,11 @@ impl KubeWriter {
                 return Ok(WriteOutcome::Dropped("workload vanished"));
             }
         };
+        // Right after a handover another replica may have written from a newer view of a config.
+        // Checked after reading the workload (see config_view.rs for why the order matters).
+        if self.ownership.settling() {
+            self.config_views.ensure_current(changes).await?;
+        }
         let mut value =
             serde_json::to_value(&object).map_err(|e| WriteError::Permanent(e.to_string()))?;
         let template_changes: Vec<TemplateChange> =
