@@ -140,6 +140,16 @@ impl Coordinator {
                 info!("namespaces handed over");
                 return;
             }
+            // Nobody to hand over to (the last replica, or all of them stopping at once): waiting
+            // would only delay the exit to the deadline. The next replica to start reconciles.
+            if let Ok(members) = lease::members(&self.leases()).await
+                && !members
+                    .iter()
+                    .any(|m| m.identity != me && m.live && !m.leaving)
+            {
+                info!("no other live replica to hand over to; leaving now");
+                return;
+            }
             // Renew now rather than at the next tick, so the leader sees `leaving` sooner.
             let _ = self.renew_once().await;
             tokio::time::sleep(self.settings.retry_period / 2).await;
