@@ -6,9 +6,11 @@
 //! - Job: deleted and re-created with the same name and the new template.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -28,7 +30,10 @@ use crate::telemetry::events::{EventSink, failed_message, reloaded_message, work
 use super::config_view::ConfigViews;
 use super::pause::PauseKeeper;
 use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn};
-use super::template::{TemplateChange, edit_template, escape_pointer, json_patch_ops};
+use super::template::{TemplateChange, edit_template, json_patch_ops};
+
+/// A limiter wait longer than this re-reads the workload before writing (once per attempt).
+const REREAD_AFTER_WAIT: Duration = Duration::from_millis(200);
 
 /// The API resource of each workload kind.
 pub fn api_resource(kind: WorkloadKind) -> ApiResource {
@@ -141,26 +146,17 @@ impl KubeWriter {
             ));
         }
         let api = self.api(key);
-        let object = match api.get_opt(&key.name).await.map_err(classify)? {
-            Some(o) => o,
-            None => {
-                info!(workload = %key, "workload vanished before its reload was written, dropped");
-                return Ok(WriteOutcome::Dropped("workload vanished"));
-            }
+        let Some(mut object) = self.read_for_write(&api, key, changes).await? else {
+            return Ok(WriteOutcome::Dropped("workload vanished"));
         };
-        // Right after a handover another replica may have written from a newer view of a config.
-        // Checked after reading the workload (see config_view.rs for why the order matters).
-        if self.ownership.settling() {
-            self.config_views.ensure_current(changes).await?;
-        }
-        let mut value =
-            serde_json::to_value(&object).map_err(|e| WriteError::Permanent(e.to_string()))?;
         let template_changes: Vec<TemplateChange> =
             changes.iter().map(|c| c.change.clone()).collect();
         let now = jiff::Timestamp::now();
 
+        let restart = key.kind == WorkloadKind::Rollout
+            && self.rollout_strategy(&object.metadata) == RolloutStrategy::Restart;
         let written = match key.kind {
-            WorkloadKind::Rollout if self.rollout_strategy(&value) == RolloutStrategy::Restart => {
+            WorkloadKind::Rollout if restart => {
                 let patch = json!({"spec": {"restartAt": now.to_string()}});
                 turn.take().await;
                 api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -169,20 +165,35 @@ impl KubeWriter {
                 template_changes.iter().map(|c| c.config.clone()).collect()
             }
             _ => {
-                let edit = edit_template(
-                    &mut value,
-                    key.kind,
-                    self.settings.strategy,
-                    self.keys(),
-                    &template_changes,
-                    now.as_second(),
-                )
-                .map_err(|e| WriteError::Permanent(e.to_string()))?;
-                if edit.is_empty() {
-                    debug!(workload = %key, "already up to date, nothing written");
-                    return Ok(WriteOutcome::UpToDate);
-                }
-                turn.take().await;
+                let mut reread = false;
+                let (mut value, edit) = loop {
+                    let mut value = serde_json::to_value(&object)
+                        .map_err(|e| WriteError::Permanent(e.to_string()))?;
+                    let edit = edit_template(
+                        &mut value,
+                        key.kind,
+                        self.settings.strategy,
+                        self.keys(),
+                        &template_changes,
+                        now.as_second(),
+                    )
+                    .map_err(|e| WriteError::Permanent(e.to_string()))?;
+                    if edit.is_empty() {
+                        debug!(workload = %key, "already up to date, nothing written");
+                        return Ok(WriteOutcome::UpToDate);
+                    }
+                    // A long wait for the limiter makes the read stale (other controllers update
+                    // the object meanwhile) and the resourceVersion test would fail: read again,
+                    // once, keeping the turn already taken.
+                    if turn.take().await < REREAD_AFTER_WAIT || reread {
+                        break (value, edit);
+                    }
+                    reread = true;
+                    object = match self.read_for_write(&api, key, changes).await? {
+                        Some(o) => o,
+                        None => return Ok(WriteOutcome::Dropped("workload vanished")),
+                    };
+                };
                 match key.kind {
                     WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
                     WorkloadKind::Job => self.recreate_job(key, value).await?,
@@ -215,17 +226,34 @@ impl KubeWriter {
         Ok(WriteOutcome::Reloaded)
     }
 
-    fn rollout_strategy(&self, value: &Value) -> RolloutStrategy {
-        let strategy = value
-            .pointer(&format!(
-                "/metadata/annotations/{}",
-                escape_pointer(&self.keys().rollout_strategy)
-            ))
-            .and_then(Value::as_str);
-        match strategy {
+    fn rollout_strategy(&self, meta: &ObjectMeta) -> RolloutStrategy {
+        let strategy = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&self.keys().rollout_strategy));
+        match strategy.map(String::as_str) {
             Some("restart") => RolloutStrategy::Restart,
             _ => RolloutStrategy::Rollout,
         }
+    }
+
+    /// Reads the workload for a write; `None` when it vanished. During a handover also checks
+    /// that this replica's view of the configs is current, after the read (see config_view.rs
+    /// for why the order matters).
+    async fn read_for_write(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+    ) -> Result<Option<DynamicObject>, WriteError> {
+        let Some(object) = api.get_opt(&key.name).await.map_err(classify)? else {
+            info!(workload = %key, "workload vanished before its reload was written, dropped");
+            return Ok(None);
+        };
+        if self.ownership.settling() {
+            self.config_views.ensure_current(changes).await?;
+        }
+        Ok(Some(object))
     }
 
     async fn patch_template(

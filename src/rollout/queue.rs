@@ -105,15 +105,18 @@ impl<'a> WriteTurn<'a> {
         }
     }
 
-    /// Waits for the limiter; returns at once if this attempt already has its turn.
-    pub async fn take(&self) {
+    /// Waits for the limiter and returns how long; returns zero at once if this attempt already
+    /// has its turn.
+    pub async fn take(&self) -> Duration {
         if self.waited().is_some() {
-            return;
+            return Duration::ZERO;
         }
         let started = Instant::now();
         self.limiter.until_ready().await;
-        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        self.waited_nanos.store(waited, Ordering::Relaxed);
+        let waited = started.elapsed();
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.waited_nanos.store(nanos, Ordering::Relaxed);
+        waited
     }
 
     /// How long the turn waited, if it was taken.
