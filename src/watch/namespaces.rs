@@ -22,6 +22,7 @@ use crate::rollout::{QueueObserver, WorkloadWriter};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::configs::ConfigSource;
+use super::list_strategy::CONFIG_PAGE_SIZE;
 use super::{WatchContext, WatchObserver, watch_error};
 
 pub(super) async fn run<W, O, C, M>(
@@ -132,21 +133,24 @@ where
                     Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                     None => Api::all_with(self.client.clone(), &ar),
                 };
-                match list_all(&api, ListParams::default()).await {
-                    Ok(items) => {
-                        for obj in items {
-                            if obj
-                                .metadata
-                                .namespace
-                                .as_deref()
-                                .is_some_and(|ns| wanted.contains(ns))
-                            {
-                                self.apply_workload(kind, obj).await;
-                            }
+                let mut pages = Pages::new(&api, ListParams::default(), WORKLOAD_PAGE_SIZE);
+                while let Some(page) = pages.next().await {
+                    let items = match page {
+                        Ok(items) => items,
+                        Err(e) => {
+                            warn!(namespace = ?target, kind = kind.as_str(), error = %e, "could not list workloads");
+                            break;
                         }
-                    }
-                    Err(e) => {
-                        warn!(namespace = ?target, kind = kind.as_str(), error = %e, "could not list workloads")
+                    };
+                    for obj in items {
+                        if obj
+                            .metadata
+                            .namespace
+                            .as_deref()
+                            .is_some_and(|ns| wanted.contains(ns))
+                        {
+                            self.apply_workload(kind, obj).await;
+                        }
                     }
                 }
             }
@@ -174,58 +178,86 @@ where
         if let Some(selector) = &self.settings.resource_label_selector {
             params = params.labels(selector);
         }
-        let items = match list_all(&api, params).await {
-            Ok(l) => l,
-            Err(e) => {
-                warn!(namespace = ?target, kind = %K::KIND, error = %e, "could not list configs");
-                return;
-            }
-        };
-        for obj in items {
-            let Some(namespace) = obj.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
-                continue;
+        let mut pages = Pages::new(&api, params, CONFIG_PAGE_SIZE);
+        while let Some(page) = pages.next().await {
+            let items = match page {
+                Ok(items) => items,
+                Err(e) => {
+                    warn!(namespace = ?target, kind = %K::KIND, error = %e, "could not list configs");
+                    return;
+                }
             };
-            let key = ConfigKey::new(K::KIND, &namespace, &obj.name_any());
-            let annotations = obj.annotations().clone();
-            let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
-            let (ignore, matched) = (
-                flag(&self.settings.keys.ignore),
-                flag(&self.settings.keys.match_),
-            );
-            let resource_version = crate::index::resource_version(obj.meta());
-            if let Ok(digest) = self.pool.digest(obj.into_payload()).await {
-                self.engine.config_applied(
-                    key,
-                    ConfigState {
-                        digest,
-                        ignore,
-                        matched,
-                        resource_version,
-                    },
-                    Phase::Backfill,
-                );
+            for obj in items {
+                self.backfill_config(obj, wanted).await;
             }
+        }
+    }
+
+    /// Indexes one listed config if it is in a gained namespace (hashed on the digest pool).
+    async fn backfill_config<K: ConfigSource>(&self, obj: K, wanted: &HashSet<&str>) {
+        let Some(namespace) = obj.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
+            return;
+        };
+        let key = ConfigKey::new(K::KIND, &namespace, &obj.name_any());
+        let annotations = obj.annotations().clone();
+        let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
+        let (ignore, matched) = (
+            flag(&self.settings.keys.ignore),
+            flag(&self.settings.keys.match_),
+        );
+        let resource_version = crate::index::resource_version(obj.meta());
+        if let Ok(digest) = self.pool.digest(obj.into_payload()).await {
+            self.engine.config_applied(
+                key,
+                ConfigState {
+                    digest,
+                    ignore,
+                    matched,
+                    resource_version,
+                },
+                Phase::Backfill,
+            );
         }
     }
 }
 
 /// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
 const PER_NAMESPACE_LISTS: usize = 8;
+/// Workloads per page of a backfill list.
+const WORKLOAD_PAGE_SIZE: u32 = 500;
 
-/// A paginated LIST (500 per page), so a large list never arrives as one huge response.
-async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+/// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
+/// only the gained namespaces: collecting every page first held the whole cluster's configs and
+/// workloads at once (a replica went from 66 to ~770 MiB in the 4-replica medium load test).
+struct Pages<'a, K> {
+    api: &'a Api<K>,
+    params: Option<ListParams>,
+}
+
+impl<'a, K> Pages<'a, K>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let mut out = Vec::new();
-    let mut params = params.limit(500);
-    loop {
-        let page = api.list(&params).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items);
-        match next {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
+    fn new(api: &'a Api<K>, params: ListParams, page_size: u32) -> Self {
+        Self {
+            api,
+            params: Some(params.limit(page_size)),
+        }
+    }
+
+    /// The next page; `None` after the last page or an error.
+    async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
+        let params = self.params.take()?;
+        match self.api.list(&params).await {
+            Ok(page) => {
+                self.params = page
+                    .metadata
+                    .continue_
+                    .filter(|c| !c.is_empty())
+                    .map(|token| params.continue_token(&token));
+                Some(Ok(page.items))
+            }
+            Err(e) => Some(Err(e)),
         }
     }
 }
