@@ -224,7 +224,7 @@ async fn a_one_mib_secret_is_reloaded_with_the_right_sha1() {
     assert!(
         controller
             .logs()
-            .contains("config watches use streaming lists"),
+            .contains("config and workload watches use streaming lists"),
         "the config watches did not use streaming lists:\n{}",
         controller.logs()
     );

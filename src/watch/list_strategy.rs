@@ -1,11 +1,12 @@
-//! How the config watches get their initial state.
+//! How the config and workload watches get their initial state.
 //!
 //! A paginated list holds a whole page of objects at once, and a list at resourceVersion 0 is
 //! served from the API server's watch cache, which ignores the page size: with large Secrets the
 //! start-up peak was several times the steady memory (50 Secrets of 1 MiB: 225 MiB peak for
-//! 64 MiB steady). A streaming list (`sendInitialEvents`, KEP-3157) sends the objects one by one
-//! as watch events, so memory stays at one object plus the index. Servers that do not serve it
-//! (the WatchList feature is off before Kubernetes 1.32) get paginated lists instead.
+//! 64 MiB steady), and every replica receives the whole cluster's workloads in one response. A
+//! streaming list (`sendInitialEvents`, KEP-3157) sends the objects one by one as watch events,
+//! so memory stays at one object plus the index. Servers that do not serve it (the WatchList
+//! feature is off before Kubernetes 1.32) get paginated lists instead.
 
 use std::time::Duration;
 
@@ -21,15 +22,20 @@ const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 /// Objects per page when lists are paginated (configs can be up to 1 MiB each).
 pub const CONFIG_PAGE_SIZE: u32 = 100;
 
-/// The initial-list part of a config watch's settings.
-pub fn config_watch(streaming: bool) -> watcher::Config {
+/// The initial-list part of a watch's settings: streaming, or pages of `page_size`.
+pub fn initial_list(streaming: bool, page_size: u32) -> watcher::Config {
     if streaming {
         watcher::Config::default().streaming_lists()
     } else {
         watcher::Config::default()
             .any_semantic()
-            .page_size(CONFIG_PAGE_SIZE)
+            .page_size(page_size)
     }
+}
+
+/// The initial-list part of a config watch's settings.
+pub fn config_watch(streaming: bool) -> watcher::Config {
+    initial_list(streaming, CONFIG_PAGE_SIZE)
 }
 
 /// Whether the API server completes a streaming list for `api` (one empty watch request).
@@ -54,17 +60,19 @@ where
     };
     match tokio::time::timeout(PROBE_DEADLINE, probe).await {
         Ok(Ok(())) => {
-            info!("the API server streams initial lists: config watches use streaming lists");
+            info!(
+                "the API server streams initial lists: config and workload watches use streaming lists"
+            );
             true
         }
         Ok(Err(error)) => {
-            warn!(%error, page_size = CONFIG_PAGE_SIZE, "no streaming lists: config watches list in pages");
+            warn!(%error, page_size = CONFIG_PAGE_SIZE, "no streaming lists: config and workload watches list in pages");
             false
         }
         Err(_) => {
             warn!(
                 page_size = CONFIG_PAGE_SIZE,
-                "no end of initial events within {PROBE_DEADLINE:?}: config watches list in pages"
+                "no end of initial events within {PROBE_DEADLINE:?}: config and workload watches list in pages"
             );
             false
         }

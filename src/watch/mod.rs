@@ -121,12 +121,11 @@ where
             }
             None => 0,
         };
-        // Asked while the workloads list, so it adds no start-up time.
-        let streaming_probe = tokio::spawn(self.clone().probe_streaming_lists());
-        let workloads_synced = workloads::spawn_all(&self, &mut tasks);
+        // One empty watch request (milliseconds) decides how every list starts.
+        let streaming = self.clone().probe_streaming_lists().await;
+        let workloads_synced = workloads::spawn_all(&self, &mut tasks, streaming);
         workloads_synced.wait().await;
         info!("workloads synced");
-        let streaming = streaming_probe.await.unwrap_or(false);
         let configs_synced = configs::spawn_all(&self, &mut tasks, streaming);
         configs_synced.wait().await;
         info!(sizes = ?self.engine.index.sizes(), "configs synced");

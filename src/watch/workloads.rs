@@ -39,6 +39,7 @@ pub(super) fn dynamic_apis(
 pub(super) fn spawn_all<W, O, C, M>(
     ctx: &Arc<WatchContext<W, O, C, M>>,
     tasks: &mut JoinSet<anyhow::Result<()>>,
+    streaming_lists: bool,
 ) -> SyncGate
 where
     W: WorkloadWriter,
@@ -52,13 +53,16 @@ where
         .collect();
     let streams: usize = kinds.len() * scope_len(&ctx.settings.scope);
     let gate = SyncGate::new(streams);
+    let config = super::list_strategy::initial_list(streaming_lists, WORKLOAD_PAGE_SIZE);
     for kind in kinds {
-        let ctx = ctx.clone();
-        let gate = gate.clone();
-        tasks.spawn(async move { watch_kind(ctx, kind, gate).await });
+        let (ctx, gate, config) = (ctx.clone(), gate.clone(), config.clone());
+        tasks.spawn(async move { watch_kind(ctx, kind, gate, config).await });
     }
     gate
 }
+
+/// Workloads per page when lists are paginated.
+const WORKLOAD_PAGE_SIZE: u32 = 500;
 
 pub(super) fn scope_len(scope: &NamespaceScope) -> usize {
     match scope {
@@ -71,6 +75,7 @@ async fn watch_kind<W, O, C, M>(
     ctx: Arc<WatchContext<W, O, C, M>>,
     kind: WorkloadKind,
     gate: SyncGate,
+    config: watcher::Config,
 ) -> anyhow::Result<()>
 where
     W: WorkloadWriter,
@@ -81,7 +86,7 @@ where
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
     let mut synced = vec![false; apis.len()];
     let mut relisting: Vec<Option<HashSet<WorkloadKey>>> = vec![None; apis.len()];
-    let mut stream = watch_streams(apis, watcher::Config::default().any_semantic());
+    let mut stream = watch_streams(apis, config);
     while let Some((i, event)) = stream.next().await {
         match event {
             Ok(watcher::Event::Init) => relisting[i] = Some(HashSet::new()),
