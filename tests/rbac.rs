@@ -371,7 +371,10 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
         }
         crds::ensure(&admin, &names).await;
     }
+    // Read again after installing CRDs, and decide what is needed from the same list helm renders
+    // with: a parallel test may have installed the DeploymentConfig CRD meanwhile.
     let served = as_helm_saw(served_api_versions());
+    let needs = Needs::of(&values, served.iter().any(|v| v == "apps.openshift.io/v1"));
     let api_args = api_version_args(&served);
     let api_args: Vec<&str> = api_args.iter().map(String::as_str).collect();
 
