@@ -66,6 +66,10 @@ impl ConfigViews {
     pub async fn ensure_current(&self, changes: &[QueuedChange]) -> Result<(), WriteError> {
         for queued in changes {
             let config = &queued.change.config;
+            // CSI changes come from pod statuses, whose versions the watch already orders.
+            if config.kind == ConfigKind::SecretProviderClass {
+                continue;
+            }
             let indexed = self.index.config(config);
             let superseded = match (&queued.change.hash, &indexed) {
                 (Some(hash), Some(state)) => *hash != state.digest.reloader_hash(),
@@ -109,7 +113,6 @@ impl ConfigViews {
                 .get_metadata_opt(&config.name)
                 .await
                 .map(|m| m.map(|m| m.metadata)),
-            // Pod statuses are aggregated per pod; their versions are compared by the watch.
             ConfigKind::SecretProviderClass => return Ok(None),
         }
         .map_err(classify)?;
