@@ -88,6 +88,7 @@ pub async fn run(ctx: &Arc<Ctx>, changes: &[ConfigRef], plan: &Plan, ready_url: 
             namespace: owner.namespace.clone(),
             name: format!("churn-{k}"),
             configs: owner.configs.clone(),
+            ..Default::default()
         };
         ctx.state
             .lock()

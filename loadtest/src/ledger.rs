@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Serialize;
 
 use crate::objects::ConfigRef;
@@ -63,7 +63,10 @@ pub struct State {
     pub foreign_template_changes: Vec<(String, f64)>,
     /// Reloader fields that disappeared from a template.
     pub removed_fields: Vec<(String, String, f64)>,
-    pub watch_synced: bool,
+    /// Watches (one per workload kind) that finished their initial list.
+    pub watches_synced: usize,
+    /// Jobs created from CronJobs (by uid).
+    jobs_seen: HashSet<String>,
     pub watch_errors: u64,
     pub watch_events: u64,
     /// Workloads created and deleted during the run (churn): key -> the configs it uses. No
@@ -118,14 +121,14 @@ impl State {
         self.workloads.len()
     }
 
-    pub fn apply(&mut self, d: &Deployment, t: f64) {
+    /// A workload as the watch saw it: `key` (`ns/name`, or another key for objects no change
+    /// expects anything of), its generation and its pod template.
+    pub fn apply(&mut self, key: String, generation: i64, template: &PodTemplateSpec, t: f64) {
         self.watch_events += 1;
-        let Some(key) = workload_key(d) else { return };
         if self.deleted.contains(&key) {
             self.resurrected.push((key.clone(), t));
         }
-        let generation = d.metadata.generation.unwrap_or(0);
-        let fields = reloader_fields(d);
+        let fields = reloader_fields(template);
         let prev = self.workloads.remove(&key);
         let mut state = WorkloadState { generation, fields };
         match prev {
@@ -158,12 +161,28 @@ impl State {
         self.workloads.insert(key, state);
     }
 
-    pub fn delete(&mut self, d: &Deployment) {
-        if let Some(key) = workload_key(d) {
-            self.workloads.remove(&key);
-            if self.churned.contains_key(&key) {
-                self.deleted.insert(key);
-            }
+    /// A Job created from the CronJob `owner` (`ns/name`): the CronJob's reload. Each Job counts
+    /// once (by `uid`), however often the watch delivers it.
+    pub fn apply_job(&mut self, uid: String, owner: String, template: &PodTemplateSpec, t: f64) {
+        self.watch_events += 1;
+        if !self.jobs_seen.insert(uid) {
+            return;
+        }
+        // A distinct pseudo-generation per Job (template_change_times counts template changes).
+        let generation = -(self.jobs_seen.len() as i64);
+        let fields = reloader_fields(template);
+        if fields.is_empty() {
+            self.foreign_template_changes.push((owner.clone(), t));
+        }
+        for f in fields.values() {
+            self.observe(&owner, f, t, generation);
+        }
+    }
+
+    pub fn delete(&mut self, key: &str) {
+        self.workloads.remove(key);
+        if self.churned.contains_key(key) {
+            self.deleted.insert(key.to_string());
         }
     }
 
@@ -441,14 +460,6 @@ pub struct Reload {
     pub t_seen: f64,
 }
 
-fn workload_key(d: &Deployment) -> Option<String> {
-    Some(format!(
-        "{}/{}",
-        d.metadata.namespace.as_deref()?,
-        d.metadata.name.as_deref()?
-    ))
-}
-
 #[derive(serde::Deserialize)]
 struct LastReloadedFrom {
     #[serde(rename = "type", default)]
@@ -461,9 +472,8 @@ struct LastReloadedFrom {
 
 /// The fields Reloader (and kube-reloader) write: `STAKATER_*` env vars in any container and
 /// the `last-reloaded-from` template annotation.
-fn reloader_fields(d: &Deployment) -> BTreeMap<String, FieldValue> {
+fn reloader_fields(template: &PodTemplateSpec) -> BTreeMap<String, FieldValue> {
     let mut out = BTreeMap::new();
-    let template = &d.spec.template;
     if let Some(spec) = &template.spec {
         let containers = spec
             .init_containers
@@ -506,4 +516,35 @@ fn reloader_fields(d: &Deployment) -> BTreeMap<String, FieldValue> {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::Kind;
+
+    #[test]
+    fn a_job_counts_once_for_its_cronjob() {
+        let config = ConfigRef {
+            namespace: "ns".into(),
+            kind: Kind::ConfigMap,
+            name: "cm".into(),
+        };
+        let mut st = State::default();
+        st.register(config.clone(), "h1".into(), vec!["ns/cj".into()], 0.0, "t");
+        st.ack(0, 0.1);
+        let template: PodTemplateSpec = serde_json::from_value(serde_json::json!({
+            "spec": {"containers": [{"name": "app", "env": [{"name": config.env_var(), "value": "h1"}]}]}
+        }))
+        .unwrap();
+        st.apply_job("uid-1".into(), "ns/cj".into(), &template, 0.5);
+        st.apply_job("uid-1".into(), "ns/cj".into(), &template, 0.6);
+        assert_eq!(st.pending(), 0);
+        let (v, _) = st.evaluate(&BTreeMap::new());
+        assert!(v.passed, "{v:?}");
+        // A second Job for the same change is a duplicate.
+        st.apply_job("uid-2".into(), "ns/cj".into(), &template, 0.7);
+        let (v, _) = st.evaluate(&BTreeMap::new());
+        assert_eq!(v.duplicates, 1);
+    }
 }

@@ -10,6 +10,7 @@ mod controller;
 mod hash;
 mod ledger;
 mod markdown;
+mod mixed;
 mod objects;
 mod proxy;
 mod report;
@@ -31,13 +32,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::watcher;
 use kube::{Client, Config};
 use serde_json::{Value, json};
 
 use controller::ControllerProc;
 use ledger::State;
-use objects::{ConfigRef, Kind, OwnRequests, Population, RUN_LABEL, WorkloadSpec};
+use objects::{
+    ConfigRef, Kind, OwnRequests, Population, RUN_LABEL, RefStyle, WorkloadKind, WorkloadSpec,
+};
 use scenario::{Plan, Rng, Scale, Scenario};
 
 static START: OnceLock<Instant> = OnceLock::new();
@@ -305,6 +307,9 @@ struct Ctx {
     nonce: AtomicUsize,
     /// Tag of the changes written now (restart: before-kill / while-down / after-restart).
     phase: Mutex<String>,
+    /// Tag of the changes of a config, instead of the phase (references: how the workload
+    /// references it; mixed: the workload's kind).
+    config_tags: BTreeMap<ConfigRef, String>,
 }
 
 impl Ctx {
@@ -338,7 +343,10 @@ impl Ctx {
         let payload = self.payload(size);
         let hash = config.hash_of(&payload);
         let expected = self.pop.users.get(config).cloned().unwrap_or_default();
-        let tag = self.phase.lock().unwrap().clone();
+        let tag = match self.config_tags.get(config) {
+            Some(t) => t.clone(),
+            None => self.phase.lock().unwrap().clone(),
+        };
         let id =
             self.state
                 .lock()
@@ -458,44 +466,6 @@ impl Ctx {
     }
 }
 
-/// Watches the run's Deployments and records every change of a reloader field.
-async fn observe(client: Client, run_id: String, state: Arc<Mutex<State>>, epoch: Instant) {
-    let api: Api<Deployment> = Api::all(client);
-    let cfg = watcher::Config::default()
-        .labels(&format!("{RUN_LABEL}={run_id}"))
-        .page_size(1000);
-    let mut stream = watcher::watcher(api, cfg).boxed();
-    while let Some(ev) = stream.next().await {
-        let t = epoch.elapsed().as_secs_f64();
-        let error = {
-            let mut st = state.lock().unwrap();
-            match ev {
-                Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
-                    st.apply(&d, t);
-                    None
-                }
-                Ok(watcher::Event::Delete(d)) => {
-                    st.delete(&d);
-                    None
-                }
-                Ok(watcher::Event::InitDone) => {
-                    st.watch_synced = true;
-                    None
-                }
-                Ok(watcher::Event::Init) => None,
-                Err(e) => {
-                    st.watch_errors += 1;
-                    Some(e.to_string())
-                }
-            }
-        };
-        if let Some(e) = error {
-            log(&format!("workload watch error (retrying): {e}"));
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
-}
-
 /// `n` distinct free ports (the listeners are held until all are chosen).
 fn free_ports(n: usize) -> Result<Vec<u16>> {
     let listeners = (0..n)
@@ -606,6 +576,18 @@ async fn run_one(
     let standard = pop.workloads.len();
     let mut special: Vec<ConfigRef> = Vec::new();
     match scenario {
+        // The standard population, its workloads referencing their configs in Reloader's other
+        // ways (round robin), or spread over the workload kinds.
+        Scenario::References => {
+            for (j, w) in pop.workloads.iter_mut().enumerate() {
+                w.refs = RefStyle::OTHERS[j % RefStyle::OTHERS.len()];
+            }
+        }
+        Scenario::Mixed => {
+            for (j, w) in pop.workloads.iter_mut().enumerate() {
+                w.kind = WorkloadKind::ALL[j % WorkloadKind::ALL.len()];
+            }
+        }
         Scenario::Fanout => {
             let ns = pop.add_namespace("fanout");
             let shared = ConfigRef {
@@ -619,6 +601,7 @@ async fn run_one(
                     namespace: ns.clone(),
                     name: format!("fan-{k}"),
                     configs: vec![shared.clone()],
+                    ..Default::default()
                 });
             }
             special.push(shared);
@@ -638,6 +621,7 @@ async fn run_one(
                     namespace: ns.clone(),
                     name: format!("big-{k}"),
                     configs: vec![c.clone()],
+                    ..Default::default()
                 });
                 special.push(c);
             }
@@ -748,23 +732,18 @@ async fn measure(
 
     // ---- the load generator's view of the workloads
     let state = Arc::new(Mutex::new(State::default()));
-    let watch = tokio::spawn(observe(
-        client.clone(),
-        run_id.to_string(),
-        state.clone(),
-        epoch,
-    ));
+    let watches = mixed::spawn_watches(client, run_id, &state, epoch, scenario == Scenario::Mixed);
     let t_watch = Instant::now();
     loop {
         let (synced, known) = {
             let st = state.lock().unwrap();
-            (st.watch_synced, st.workloads_known())
+            (st.watches_synced, st.workloads_known())
         };
-        if synced && known >= n_workloads {
+        if synced >= watches.len() && known >= n_workloads {
             break;
         }
         if t_watch.elapsed() > Duration::from_secs(300) {
-            watch.abort();
+            watches.iter().for_each(|w| w.abort());
             bail!("the workload watch saw {known}/{n_workloads} workloads after 300s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -885,6 +864,17 @@ async fn measure(
     let proxy_at_changes = proxy.as_ref().map(|p| p.stats());
     let t_changes = epoch.elapsed().as_secs_f64();
 
+    let mut config_tags = BTreeMap::new();
+    for w in &pop.workloads {
+        for c in &w.configs {
+            let tag = match scenario {
+                Scenario::References => format!("{} {:?}", w.refs.name(), c.kind),
+                Scenario::Mixed => format!("{:?}", w.kind),
+                _ => break,
+            };
+            config_tags.insert(c.clone(), tag);
+        }
+    }
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         epoch,
@@ -895,6 +885,7 @@ async fn measure(
         concurrency: args.concurrency,
         nonce: AtomicUsize::new(0),
         phase: Mutex::new(scenario.name().to_string()),
+        config_tags,
     });
     let mut notes = serde_json::Map::new();
     let mut churn_outcome: Option<churn::Outcome> = None;
@@ -902,7 +893,11 @@ async fn measure(
 
     // ---- drive
     let completed = match scenario {
-        Scenario::Steady | Scenario::Annotations | Scenario::Sharded => {
+        Scenario::Steady
+        | Scenario::Annotations
+        | Scenario::Sharded
+        | Scenario::References
+        | Scenario::Mixed => {
             let configs = ctx.pick_configs(rng, plan.changes, standard);
             log(&format!("{} changes at {}/s", configs.len(), plan.rate));
             ctx.drive_at_rate(configs, plan.rate, None).await;
@@ -1165,7 +1160,7 @@ async fn measure(
             changes_from,
         ));
     }
-    watch.abort();
+    watches.iter().for_each(|w| w.abort());
     let _ = std::fs::remove_file(&proxy_kubeconfig);
 
     // ---- verdict and figures
@@ -1334,6 +1329,10 @@ async fn measure(
                     "configmaps",
                     "secrets",
                     "deployments",
+                    "statefulsets",
+                    "daemonsets",
+                    "cronjobs",
+                    "jobs",
                     "namespaces",
                     "events",
                     "leases",

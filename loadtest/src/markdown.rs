@@ -46,16 +46,25 @@ pub fn markdown(r: &Value) -> String {
     row(
         "population",
         format!(
-            "{} namespaces, {} Deployments, {} configs (created in {} s)",
+            "{} namespaces, {} {}, {} configs (created in {} s)",
             r["population"]["namespaces"],
             r["population"]["workloads"],
+            match r["scenario"].as_str() {
+                Some("mixed") => "workloads (Deployments, StatefulSets, DaemonSets, CronJobs)",
+                Some("references") => {
+                    "Deployments (env valueFrom, init container volumes, projected volumes)"
+                }
+                _ => "Deployments",
+            },
             r["population"]["configs"],
             r["run"]["setup_s"]
         ),
     );
     let plan = &r["plan"];
     let driven = match r["scenario"].as_str().unwrap_or("") {
-        "steady" | "annotations" => format!("{} at {}/s", plan["changes"], plan["rate"]),
+        "steady" | "annotations" | "references" | "mixed" => {
+            format!("{} at {}/s", plan["changes"], plan["rate"])
+        }
         "sharded" => format!(
             "{} at {}/s, {} replicas with --sharding",
             plan["changes"], plan["rate"], plan["replicas"]

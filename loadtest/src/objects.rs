@@ -1,5 +1,7 @@
-//! The objects a run creates: labelled namespaces, ConfigMaps, Secrets and Deployments that use
-//! them through `envFrom`, created concurrently; and their cleanup.
+//! The objects a run creates: labelled namespaces, ConfigMaps, Secrets and workloads (Deployments,
+//! or in `mixed` also StatefulSets, DaemonSets and CronJobs) that use them through `envFrom` (or,
+//! in `references`, `env[].valueFrom`, init container volumes and projected volumes), created
+//! concurrently; and their cleanup.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -73,12 +76,78 @@ impl std::fmt::Display for ConfigRef {
     }
 }
 
-/// A workload: a Deployment and the configs it references.
-#[derive(Debug, Clone)]
+/// The kind of a workload (`mixed` spreads the population over them; otherwise Deployments).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum WorkloadKind {
+    #[default]
+    Deployment,
+    /// `replicas: 0`.
+    StatefulSet,
+    /// A nodeSelector no node matches: no pods.
+    DaemonSet,
+    /// `suspend: true` (and a suspended job template); a reload creates a Job from it.
+    CronJob,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 4] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::CronJob,
+    ];
+
+    /// The API resource (plural).
+    pub fn resource(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "deployments",
+            WorkloadKind::StatefulSet => "statefulsets",
+            WorkloadKind::DaemonSet => "daemonsets",
+            WorkloadKind::CronJob => "cronjobs",
+        }
+    }
+}
+
+/// How a workload's pod template references its configs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum RefStyle {
+    /// `envFrom[].configMapRef` / `secretRef` in the container.
+    #[default]
+    EnvFrom,
+    /// `env[].valueFrom.configMapKeyRef` / `secretKeyRef` in the container.
+    ValueFrom,
+    /// A `configMap` / `secret` volume mounted only by an init container.
+    InitVolume,
+    /// One projected volume with a `configMap` and a `secret` source, mounted by the container.
+    Projected,
+}
+
+impl RefStyle {
+    /// The styles of the `references` scenario (round robin over the workloads).
+    pub const OTHERS: [RefStyle; 3] = [
+        RefStyle::ValueFrom,
+        RefStyle::InitVolume,
+        RefStyle::Projected,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RefStyle::EnvFrom => "envFrom",
+            RefStyle::ValueFrom => "env.valueFrom",
+            RefStyle::InitVolume => "initContainer volume",
+            RefStyle::Projected => "projected volume",
+        }
+    }
+}
+
+/// A workload (a Deployment unless `kind` says otherwise) and the configs it references.
+#[derive(Debug, Clone, Default)]
 pub struct WorkloadSpec {
     pub namespace: String,
     pub name: String,
     pub configs: Vec<ConfigRef>,
+    pub kind: WorkloadKind,
+    pub refs: RefStyle,
 }
 
 impl WorkloadSpec {
@@ -152,6 +221,7 @@ impl Population {
                 namespace,
                 name: format!("w-{j}"),
                 configs: vec![cm, sec],
+                ..Default::default()
             });
         }
     }
@@ -222,37 +292,140 @@ pub fn config_object_json(run_id: &str, c: &ConfigRef, payload: &[u8]) -> serde_
     .expect("serializable")
 }
 
-pub fn deployment(run_id: &str, w: &WorkloadSpec) -> Deployment {
-    let env_from: Vec<serde_json::Value> = w
-        .configs
-        .iter()
-        .map(|c| match c.kind {
-            Kind::ConfigMap => json!({"configMapRef": {"name": c.name}}),
-            Kind::Secret => json!({"secretRef": {"name": c.name}}),
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": w.name,
-            "namespace": w.namespace,
-            "labels": {RUN_LABEL: run_id},
-            "annotations": {"reloader.stakater.com/auto": "true"}
-        },
-        "spec": {
+/// The pod template of a workload: one container (and an init container for `InitVolume`) that
+/// references the workload's configs the way `w.refs` says.
+pub fn pod_template(w: &WorkloadSpec) -> serde_json::Value {
+    let mut container = json!({"name": "app", "image": "registry.k8s.io/pause:3.10"});
+    let mut spec = serde_json::Map::new();
+    match w.refs {
+        RefStyle::EnvFrom => {
+            let env_from: Vec<serde_json::Value> = w
+                .configs
+                .iter()
+                .map(|c| match c.kind {
+                    Kind::ConfigMap => json!({"configMapRef": {"name": c.name}}),
+                    Kind::Secret => json!({"secretRef": {"name": c.name}}),
+                })
+                .collect();
+            container["envFrom"] = json!(env_from);
+        }
+        RefStyle::ValueFrom => {
+            let env: Vec<serde_json::Value> = w
+                .configs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let r = json!({"name": c.name, "key": DATA_KEY});
+                    match c.kind {
+                        Kind::ConfigMap => {
+                            json!({"name": format!("CFG_{i}"), "valueFrom": {"configMapKeyRef": r}})
+                        }
+                        Kind::Secret => {
+                            json!({"name": format!("CFG_{i}"), "valueFrom": {"secretKeyRef": r}})
+                        }
+                    }
+                })
+                .collect();
+            container["env"] = json!(env);
+        }
+        RefStyle::InitVolume => {
+            let volumes: Vec<serde_json::Value> = w
+                .configs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| match c.kind {
+                    Kind::ConfigMap => {
+                        json!({"name": format!("cfg-{i}"), "configMap": {"name": c.name}})
+                    }
+                    Kind::Secret => {
+                        json!({"name": format!("cfg-{i}"), "secret": {"secretName": c.name}})
+                    }
+                })
+                .collect();
+            let mounts: Vec<serde_json::Value> = (0..w.configs.len())
+                .map(|i| json!({"name": format!("cfg-{i}"), "mountPath": format!("/cfg/{i}")}))
+                .collect();
+            spec.insert("volumes".into(), json!(volumes));
+            spec.insert(
+                "initContainers".into(),
+                json!([{"name": "init", "image": "registry.k8s.io/pause:3.10", "volumeMounts": mounts}]),
+            );
+        }
+        RefStyle::Projected => {
+            let sources: Vec<serde_json::Value> = w
+                .configs
+                .iter()
+                .map(|c| match c.kind {
+                    Kind::ConfigMap => json!({"configMap": {"name": c.name}}),
+                    Kind::Secret => json!({"secret": {"name": c.name}}),
+                })
+                .collect();
+            spec.insert(
+                "volumes".into(),
+                json!([{"name": "projected", "projected": {"sources": sources}}]),
+            );
+            container["volumeMounts"] = json!([{"name": "projected", "mountPath": "/cfg"}]);
+        }
+    }
+    spec.insert("containers".into(), json!([container]));
+    match w.kind {
+        WorkloadKind::CronJob => {
+            spec.insert("restartPolicy".into(), json!("Never"));
+        }
+        WorkloadKind::DaemonSet => {
+            spec.insert(
+                "nodeSelector".into(),
+                json!({"kube-reloader-loadtest/no-such-node": "true"}),
+            );
+        }
+        _ => {}
+    }
+    json!({"metadata": {"labels": {"app": w.name}}, "spec": spec})
+}
+
+/// The workload object (of `w.kind`) as JSON.
+pub fn workload_json(run_id: &str, w: &WorkloadSpec) -> serde_json::Value {
+    let metadata = json!({
+        "name": w.name,
+        "namespace": w.namespace,
+        "labels": {RUN_LABEL: run_id},
+        "annotations": {"reloader.stakater.com/auto": "true"}
+    });
+    let template = pod_template(w);
+    let selector = json!({"matchLabels": {"app": w.name}});
+    let spec = match w.kind {
+        WorkloadKind::Deployment => json!({
             "replicas": 0,
             "revisionHistoryLimit": 1,
-            "selector": {"matchLabels": {"app": w.name}},
-            "template": {
-                "metadata": {"labels": {"app": w.name}},
-                "spec": {"containers": [{
-                    "name": "app",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "envFrom": env_from
-                }]}
+            "selector": selector,
+            "template": template
+        }),
+        WorkloadKind::StatefulSet => json!({
+            "replicas": 0,
+            "revisionHistoryLimit": 1,
+            "serviceName": w.name,
+            "selector": selector,
+            "template": template
+        }),
+        WorkloadKind::DaemonSet => json!({
+            "revisionHistoryLimit": 1,
+            "selector": selector,
+            "template": template
+        }),
+        WorkloadKind::CronJob => json!({
+            "schedule": "0 0 1 1 *",
+            "suspend": true,
+            "jobTemplate": {
+                "metadata": {"labels": {RUN_LABEL: run_id}},
+                "spec": {"suspend": true, "template": template}
             }
-        }
-    }))
-    .expect("valid deployment")
+        }),
+    };
+    json!({"metadata": metadata, "spec": spec})
+}
+
+pub fn deployment(run_id: &str, w: &WorkloadSpec) -> Deployment {
+    serde_json::from_value(workload_json(run_id, w)).expect("valid deployment")
 }
 
 fn retriable(e: &kube::Error) -> bool {
@@ -384,13 +557,32 @@ pub async fn create_population(
     .await?;
 
     futures::stream::iter(pop.workloads.iter().map(|w| {
-        let api: Api<Deployment> = Api::namespaced(client.clone(), &w.namespace);
-        let d = deployment(&run_id, w);
+        let client = client.clone();
+        let obj = workload_json(&run_id, w);
         let done = done.clone();
         let own = own.clone();
         async move {
-            own.add("create", "deployments");
-            create_one(api, d, format!("creating deployment {}", w.key())).await?;
+            own.add("create", w.kind.resource());
+            let what = format!("creating {:?} {}", w.kind, w.key());
+            let ns = &w.namespace;
+            match w.kind {
+                WorkloadKind::Deployment => {
+                    let o: Deployment = serde_json::from_value(obj)?;
+                    create_one(Api::namespaced(client, ns), o, what).await?
+                }
+                WorkloadKind::StatefulSet => {
+                    let o: StatefulSet = serde_json::from_value(obj)?;
+                    create_one(Api::namespaced(client, ns), o, what).await?
+                }
+                WorkloadKind::DaemonSet => {
+                    let o: DaemonSet = serde_json::from_value(obj)?;
+                    create_one(Api::namespaced(client, ns), o, what).await?
+                }
+                WorkloadKind::CronJob => {
+                    let o: CronJob = serde_json::from_value(obj)?;
+                    create_one(Api::namespaced(client, ns), o, what).await?
+                }
+            }
             done.fetch_add(1, Ordering::Relaxed);
             Ok::<_, anyhow::Error>(())
         }
@@ -434,4 +626,72 @@ pub async fn delete_namespaces(
     .try_collect::<Vec<_>>()
     .await?;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: WorkloadKind, refs: RefStyle) -> WorkloadSpec {
+        let c = |kind, name: &str| ConfigRef {
+            namespace: "ns".into(),
+            kind,
+            name: name.into(),
+        };
+        WorkloadSpec {
+            namespace: "ns".into(),
+            name: "w".into(),
+            configs: vec![c(Kind::ConfigMap, "cm"), c(Kind::Secret, "sec")],
+            kind,
+            refs,
+        }
+    }
+
+    #[test]
+    fn reference_styles() {
+        let t = pod_template(&spec(WorkloadKind::Deployment, RefStyle::ValueFrom));
+        let env = &t["spec"]["containers"][0]["env"];
+        assert_eq!(env[0]["valueFrom"]["configMapKeyRef"]["name"], "cm");
+        assert_eq!(env[1]["valueFrom"]["secretKeyRef"]["name"], "sec");
+
+        let t = pod_template(&spec(WorkloadKind::Deployment, RefStyle::InitVolume));
+        assert_eq!(t["spec"]["volumes"][0]["configMap"]["name"], "cm");
+        assert_eq!(t["spec"]["volumes"][1]["secret"]["secretName"], "sec");
+        let mounts = t["spec"]["initContainers"][0]["volumeMounts"].as_array();
+        assert_eq!(mounts.map(Vec::len), Some(2));
+        assert!(t["spec"]["containers"][0].get("volumeMounts").is_none());
+
+        let t = pod_template(&spec(WorkloadKind::Deployment, RefStyle::Projected));
+        let sources = &t["spec"]["volumes"][0]["projected"]["sources"];
+        assert_eq!(sources[0]["configMap"]["name"], "cm");
+        assert_eq!(sources[1]["secret"]["name"], "sec");
+        assert_eq!(
+            t["spec"]["containers"][0]["volumeMounts"][0]["name"],
+            "projected"
+        );
+    }
+
+    #[test]
+    fn every_kind_parses() {
+        for kind in WorkloadKind::ALL {
+            let o = workload_json("run", &spec(kind, RefStyle::EnvFrom));
+            match kind {
+                WorkloadKind::Deployment => {
+                    serde_json::from_value::<Deployment>(o).unwrap();
+                }
+                WorkloadKind::StatefulSet => {
+                    serde_json::from_value::<StatefulSet>(o).unwrap();
+                }
+                WorkloadKind::DaemonSet => {
+                    serde_json::from_value::<DaemonSet>(o).unwrap();
+                }
+                WorkloadKind::CronJob => {
+                    let c: CronJob = serde_json::from_value(o).unwrap();
+                    assert_eq!(c.spec.suspend, Some(true));
+                    let labels = c.spec.job_template.metadata.unwrap().labels.unwrap();
+                    assert_eq!(labels[RUN_LABEL], "run");
+                }
+            }
+        }
+    }
 }
