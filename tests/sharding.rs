@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
@@ -41,11 +41,43 @@ struct Fleet {
 
 impl Fleet {
     async fn new(tag: &str, count: usize) -> Fleet {
-        let client = client().await;
         let run = format!(
             "{tag}-{:x}",
             std::process::id() ^ Instant::now().elapsed().subsec_nanos()
         );
+        Self::named(run, count).await
+    }
+
+    /// Fixed namespace names, so the rendezvous split over r0..r3 is the same in every run
+    /// (with random names one of three shares falls outside 100 +/- 20 about 4 % of the time).
+    /// An earlier run's namespaces of the same names are waited out first.
+    async fn fixed(tag: &str, count: usize) -> Fleet {
+        let api: Api<Namespace> = Api::all(client().await);
+        wait_for(
+            &format!("namespaces of an earlier {tag} run to be gone"),
+            Duration::from_secs(180),
+            || async {
+                let left = api
+                    .list(&ListParams::default().labels(&format!("kr-shard-run={tag}")))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len();
+                let home = api
+                    .get_opt(&format!("{tag}-home"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (left == 0 && home.is_none())
+                    .then_some(())
+                    .ok_or_else(|| format!("{left} left"))
+            },
+        )
+        .await;
+        Self::named(tag.to_string(), count).await
+    }
+
+    async fn named(run: String, count: usize) -> Fleet {
+        let client = client().await;
         let api: Api<Namespace> = Api::all(client.clone());
         let home = format!("{run}-home");
         let mk = |name: String, labelled: bool| {
@@ -233,7 +265,7 @@ async fn wait_owned_as(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_does_not_churn() {
     let _serial = SERIAL.lock().await;
-    let fleet = Fleet::new("shard-split", 300).await;
+    let fleet = Fleet::fixed("shard-split", 300).await;
     let r0 = fleet.replica("r0", &[]).await;
     let r1 = fleet.replica("r1", &[]).await;
     let r2 = fleet.replica("r2", &[]).await;
