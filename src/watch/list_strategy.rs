@@ -21,6 +21,8 @@ const PROBE_SELECTOR: &str = "kube-reloader.io/streaming-list-probe";
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 /// Objects per page when lists are paginated (configs can be up to 1 MiB each).
 pub const CONFIG_PAGE_SIZE: u32 = 100;
+/// Workloads per page when lists are paginated (watch fallback and handover backfill).
+pub const WORKLOAD_PAGE_SIZE: u32 = 500;
 
 /// The initial-list part of a watch's settings: streaming, or pages of `page_size`.
 pub fn initial_list(streaming: bool, page_size: u32) -> watcher::Config {

@@ -22,7 +22,7 @@ use crate::rollout::{QueueObserver, WorkloadWriter};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::configs::ConfigSource;
-use super::list_strategy::CONFIG_PAGE_SIZE;
+use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
 use super::{WatchContext, WatchObserver, watch_error};
 
 pub(super) async fn run<W, O, C, M>(
@@ -223,8 +223,6 @@ where
 
 /// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
 const PER_NAMESPACE_LISTS: usize = 8;
-/// Workloads per page of a backfill list.
-const WORKLOAD_PAGE_SIZE: u32 = 500;
 
 /// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
 /// only the gained namespaces: collecting every page first held the whole cluster's configs and

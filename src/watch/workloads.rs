@@ -53,16 +53,16 @@ where
         .collect();
     let streams: usize = kinds.len() * scope_len(&ctx.settings.scope);
     let gate = SyncGate::new(streams);
-    let config = super::list_strategy::initial_list(streaming_lists, WORKLOAD_PAGE_SIZE);
+    let config = super::list_strategy::initial_list(
+        streaming_lists,
+        super::list_strategy::WORKLOAD_PAGE_SIZE,
+    );
     for kind in kinds {
         let (ctx, gate, config) = (ctx.clone(), gate.clone(), config.clone());
         tasks.spawn(async move { watch_kind(ctx, kind, gate, config).await });
     }
     gate
 }
-
-/// Workloads per page when lists are paginated.
-const WORKLOAD_PAGE_SIZE: u32 = 500;
 
 pub(super) fn scope_len(scope: &NamespaceScope) -> usize {
     match scope {
