@@ -147,7 +147,8 @@ impl ShardState {
         self.view.read().expect("shard view lock").clone()
     }
 
-    pub fn set_view(&self, view: ShardView) {
+    #[cfg(test)]
+    fn set_view(&self, view: ShardView) {
         self.update_view(|current| *current = view);
     }
 

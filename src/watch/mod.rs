@@ -164,25 +164,31 @@ where
     async fn probe_streaming_lists(self: Arc<Self>) -> bool {
         use crate::model::ConfigKind;
         use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-        let scope = &self.settings.scope;
         if self.settings.watches_config(ConfigKind::ConfigMap) {
-            match scoped_apis::<ConfigMap>(&self.client, scope)
-                .into_iter()
-                .next()
-            {
-                Some(api) => list_strategy::streaming_lists_served(api).await,
-                None => false,
-            }
+            self.probe_with::<ConfigMap>().await
         } else if self.settings.watches_config(ConfigKind::Secret) {
-            match scoped_apis::<Secret>(&self.client, scope)
-                .into_iter()
-                .next()
-            {
-                Some(api) => list_strategy::streaming_lists_served(api).await,
-                None => false,
-            }
+            self.probe_with::<Secret>().await
         } else {
             false
+        }
+    }
+
+    async fn probe_with<K>(&self) -> bool
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        K::DynamicType: Default,
+    {
+        match scoped_apis::<K>(&self.client, &self.settings.scope)
+            .into_iter()
+            .next()
+        {
+            Some(api) => list_strategy::streaming_lists_served(api).await,
+            None => false,
         }
     }
 
