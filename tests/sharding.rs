@@ -316,10 +316,9 @@ async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_d
         "adding a 4th replica moved {moved}/300 namespaces ({:.1}%)",
         share * 100.0
     );
-    // About a quarter. Over 300 random names the binomial spread is +/- 2.5 points (1 sigma), so
-    // this allows 3 sigma; the +/- 5 points property itself is pinned deterministically over
-    // 10k namespaces in shard::ring's unit tests.
-    assert!((0.175..=0.325).contains(&share), "moved {share}");
+    // About a quarter, +/- 5 points as the issue asks: the names are fixed, so this is the same
+    // share every run (83/300); shard::ring's unit tests pin the property over 10k namespaces.
+    assert!((0.20..=0.30).contains(&share), "moved {share}");
     assert!(
         fleet
             .namespaces
