@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain cluster cluster-down cluster-status kubeconfig binary demo test lint loadtest manifests image chart-test
+.PHONY: toolchain cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image chart-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
 toolchain:
@@ -38,14 +38,26 @@ binary:
 demo:
 	@bash hack/demo.sh
 
-## Every test: unit tests, then integration tests against the local control plane.
+## Every test: unit tests, then integration tests against the local control plane, then the
+## load test's small scale (every scenario, correctness only).
 test: toolchain
 	@bash hack/cluster.sh up >/dev/null
-	cargo test --locked --all-targets
+	cargo test --locked --workspace --all-targets
 	cargo test --locked --doc
+	@$(MAKE) --no-print-directory loadtest-small
+
+## Every load-test scenario at the small scale against debug builds: asserts correctness (no
+## missed, unexpected, duplicate or stale reload; the rate limit's envelope; pause semantics),
+## never timings. Results go outside the clone.
+loadtest-small:
+	cargo build --locked --workspace --bin kube-reloader --bin kube-reloader-loadtest
+	$(CARGO_TARGET_DIR)/debug/kube-reloader-loadtest --scenario all --scale small \
+		--controller-bin $(CARGO_TARGET_DIR)/debug/kube-reloader \
+		--results-dir $(CACHE)/loadtest-small
 
 ## Load test against the local control plane (see loadtest/README.md):
-##   make loadtest SCENARIO=steady|burst|fanout|noop|large|ratelimit|restart|annotations|all SCALE=small|medium|large
+##   make loadtest SCENARIO=steady|burst|fanout|noop|large|ratelimit|restart|annotations|sharded|churn|
+##                          references|mixed|cardinality|pause|all SCALE=small|medium|large
 ## CONTROLLER_CMD='...' measures another controller; LOADTEST_ARGS='...' passes more flags.
 SCENARIO ?= steady
 SCALE ?= small

@@ -24,6 +24,8 @@ HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${KUBE_RELOADER_CACHE:-$HOME/.cache/kube-reloader}
 STATE=$CACHE/cluster
 KUBECONFIG_PATH=$STATE/kubeconfig
+# The load test's controller under test (its own client cert; see write_audit_policy).
+LOADTEST_USER=kube-reloader-loadtest-controller
 READY_TIMEOUT=${KUBE_RELOADER_READY_TIMEOUT:-90} # seconds, for the whole start-up
 
 # Order matters: started in this order, stopped in reverse.
@@ -195,6 +197,9 @@ extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,IP:::1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
     # O=system:masters = cluster-admin, bypassing RBAC (what the tests' client uses).
     sign_with ca admin "/O=system:masters/CN=kube-reloader-admin" "$client_ext"
+    # The load test's controller under test: its own identity (cluster-admin too),
+    # so the API server's audit log can count its requests (see write_audit_policy).
+    sign_with ca loadtest-controller "/O=system:masters/CN=$LOADTEST_USER" "$client_ext"
     # The controller-manager gets its real identity, bound by the default RBAC
     # bootstrap policy, like in a kubeadm cluster.
     sign_with ca controller-manager "/CN=system:kube-controller-manager" "$client_ext"
@@ -269,6 +274,24 @@ wait_for() {
     done
 }
 
+# The audit log records the load test's controller under test only (user
+# $LOADTEST_USER), at Metadata level (verb, resource, user agent, response code;
+# never a request or response body, so no Secret value): the API server's own
+# count of that controller's requests by user agent (loadtest/src/audit.rs).
+# Everyone else (tests, kube-controller-manager, the load generator) is not
+# logged, so the log costs nothing outside load tests.
+write_audit_policy() {
+    cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["$LOADTEST_USER"]
+- level: None
+EOF
+}
+
 default_sa_exists() { kctl -n default get serviceaccount default >/dev/null 2>&1; }
 
 start_cluster() {
@@ -287,6 +310,8 @@ EOF
     gen_certs
     write_kubeconfig "$KUBECONFIG_PATH" kube-reloader-admin admin "$api_port"
     write_kubeconfig "$STATE/controller-manager.kubeconfig" system:kube-controller-manager controller-manager "$api_port"
+    write_kubeconfig "$STATE/loadtest-controller.kubeconfig" "$LOADTEST_USER" loadtest-controller "$api_port"
+    write_audit_policy
     local c=$STATE/certs
 
     SECONDS=0
@@ -343,6 +368,10 @@ EOF
         --max-mutating-requests-inflight=400 \
         --event-ttl=1h \
         --watch-cache=true \
+        --audit-policy-file="$STATE/audit-policy.yaml" \
+        --audit-log-path="$STATE/logs/audit.log" \
+        --audit-log-maxsize=500 \
+        --audit-log-maxbackup=1 \
         --profiling=false
     wait_for kube-apiserver "/readyz on port $api_port" apiserver_ready
     log "kube-apiserver ready after ${SECONDS}s"

@@ -25,6 +25,9 @@ use crate::watch::ShardLink;
 use crate::watch::WatchContext;
 use crate::watch::access::allowed_in_scope;
 
+/// What the API server (its audit log, its request logs) sees as the client.
+pub const USER_AGENT: &str = concat!("kube-reloader/", env!("CARGO_PKG_VERSION"));
+
 /// How long in-flight writes may take to finish on SIGTERM.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -99,9 +102,14 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let mut settings = Settings::try_from(flags)?;
     let metrics =
         Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
-    let kube_config = kube::Config::infer()
+    let mut kube_config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
+    // kube-rs sends no User-Agent; the API server's audit log and its operators see who asks.
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
     let client = kube::client::ClientBuilder::try_from(kube_config)
         .context("building the Kubernetes client")?
         .with_layer(&CountRequestsLayer::new(metrics.clone()))

@@ -46,7 +46,19 @@ struct FieldValue {
 #[derive(Debug, Default)]
 struct WorkloadState {
     generation: i64,
+    /// A hash of the whole pod template: a new generation with the same template is a change
+    /// elsewhere in the spec (`spec.paused` of a pause period, replicas), not a rollout.
+    template: u64,
     fields: BTreeMap<String, FieldValue>,
+}
+
+fn template_hash(template: &PodTemplateSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(template)
+        .unwrap_or_default()
+        .hash(&mut h);
+    h.finish()
 }
 
 /// Shared state of a run: the ledger of changes and the workload watch's findings.
@@ -130,7 +142,11 @@ impl State {
         }
         let fields = reloader_fields(template);
         let prev = self.workloads.remove(&key);
-        let mut state = WorkloadState { generation, fields };
+        let mut state = WorkloadState {
+            generation,
+            template: template_hash(template),
+            fields,
+        };
         match prev {
             None => {
                 for f in state.fields.values() {
@@ -139,6 +155,7 @@ impl State {
             }
             Some(prev) if generation < prev.generation => state = prev,
             Some(prev) if generation == prev.generation => {}
+            Some(prev) if state.template == prev.template => {}
             Some(prev) => {
                 let mut changed = false;
                 for (name, f) in &state.fields {
@@ -546,5 +563,23 @@ mod tests {
         st.apply_job("uid-2".into(), "ns/cj".into(), &template, 0.7);
         let (v, _) = st.evaluate(&BTreeMap::new());
         assert_eq!(v.duplicates, 1);
+    }
+
+    #[test]
+    fn a_new_generation_with_the_same_template_is_no_rollout() {
+        let mut st = State::default();
+        let template = |v: &str| -> PodTemplateSpec {
+            serde_json::from_value(serde_json::json!({
+                "spec": {"containers": [{"name": "app", "image": v}]}
+            }))
+            .unwrap()
+        };
+        st.apply("ns/d".into(), 1, &template("a"), 0.0);
+        // spec.paused flipped by a pause period: generation 2, same template.
+        st.apply("ns/d".into(), 2, &template("a"), 0.1);
+        assert!(st.foreign_template_changes.is_empty());
+        // A template change that is not a reloader field is still caught.
+        st.apply("ns/d".into(), 3, &template("b"), 0.2);
+        assert_eq!(st.foreign_template_changes.len(), 1);
     }
 }

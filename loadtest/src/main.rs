@@ -5,6 +5,7 @@
 //! happened once, nothing else did). See loadtest/README.md.
 
 mod apimetrics;
+mod audit;
 mod churn;
 mod controller;
 mod hash;
@@ -12,8 +13,10 @@ mod ledger;
 mod markdown;
 mod mixed;
 mod objects;
+mod pause;
 mod proxy;
 mod report;
+mod scaling;
 mod scenario;
 mod sharded;
 
@@ -94,6 +97,17 @@ struct Args {
     #[arg(long, env = "LOADTEST_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
 
+    /// Credentials the controller under test uses (through the proxy or directly). Default: the
+    /// local control plane's `loadtest-controller.kubeconfig` next to the kubeconfig (its own
+    /// user, audit-logged), else the kubeconfig.
+    #[arg(long, env = "LOADTEST_CONTROLLER_KUBECONFIG")]
+    controller_kubeconfig: Option<PathBuf>,
+
+    /// The API server's audit log of that user (default: `logs/audit.log` next to the kubeconfig,
+    /// as hack/cluster.sh writes it; "none" to skip). Its requests are counted by user agent.
+    #[arg(long, env = "LOADTEST_AUDIT_LOG")]
+    audit_log: Option<PathBuf>,
+
     /// Where results go (default: loadtest/results).
     #[arg(long)]
     results_dir: Option<PathBuf>,
@@ -132,6 +146,14 @@ struct Args {
     /// Requests in flight while creating objects.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+
+    /// Instead of a run: plot reload latency and RSS against workloads from the result files
+    /// given with --from, to this SVG (and a Markdown table next to it).
+    #[arg(long, requires = "from")]
+    scaling_plot: Option<PathBuf>,
+    /// Result files (`results/*.json`) for --scaling-plot.
+    #[arg(long, num_args = 1..)]
+    from: Vec<PathBuf>,
 
     /// Seed of the choices of configs to change.
     #[arg(long)]
@@ -188,6 +210,12 @@ async fn kube_client(path: &Path) -> Result<Client> {
 }
 
 async fn run(args: Args) -> Result<bool> {
+    if let Some(out) = &args.scaling_plot {
+        let md = scaling::run(out, &args.from)?;
+        println!("{md}");
+        log(&format!("plot: {}", out.display()));
+        return Ok(true);
+    }
     let kubeconfig = match &args.kubeconfig {
         Some(p) => p.clone(),
         None => PathBuf::from(last_line_of(
@@ -466,6 +494,71 @@ impl Ctx {
     }
 }
 
+/// The controller's credentials: `--controller-kubeconfig`, else the local control plane's
+/// audit-logged identity if the kubeconfig has one next to it, else the kubeconfig itself.
+fn controller_credentials(args: &Args, kubeconfig: &Path) -> PathBuf {
+    if let Some(p) = &args.controller_kubeconfig {
+        return p.clone();
+    }
+    let own = kubeconfig.with_file_name("loadtest-controller.kubeconfig");
+    if own.exists() {
+        own
+    } else {
+        kubeconfig.to_path_buf()
+    }
+}
+
+/// The API server's count of the controller's requests (audit log), per phase.
+struct AuditCounts {
+    json: Value,
+    throttled: u64,
+}
+
+fn audit_counts(
+    args: &Args,
+    kubeconfig: &Path,
+    spawned: jiff::Timestamp,
+    changes: jiff::Timestamp,
+) -> AuditCounts {
+    let log_path = match &args.audit_log {
+        Some(p) if p.as_os_str() == "none" => {
+            return AuditCounts {
+                json: json!(null),
+                throttled: 0,
+            };
+        }
+        Some(p) => p.clone(),
+        None => kubeconfig.with_file_name("logs").join("audit.log"),
+    };
+    let (from, mid, to) = (
+        audit::timestamp(spawned),
+        audit::timestamp(changes),
+        audit::timestamp(jiff::Timestamp::now()),
+    );
+    let counted = audit::count(&log_path, &from, &mid)
+        .and_then(|startup| Ok((startup, audit::count(&log_path, &mid, &to)?)));
+    match counted {
+        Ok((startup, change_phase)) => AuditCounts {
+            throttled: audit::throttled(&startup) + audit::throttled(&change_phase),
+            json: json!({
+                "method": "the API server's audit log of the controller's own user (hack/cluster.sh), counted by user agent; one count per request (a watch when it starts)",
+                "log": log_path.display().to_string(),
+                "startup": startup,
+                "change_phase": change_phase,
+            }),
+        },
+        Err(e) => {
+            log(&format!(
+                "no audit-log count of the controller's requests: {e:#}"
+            ));
+            AuditCounts {
+                json: json!({"error": format!("{e:#}")}),
+                throttled: 0,
+            }
+        }
+    }
+}
+
 /// `n` distinct free ports (the listeners are held until all are chosen).
 fn free_ports(n: usize) -> Result<Vec<u16>> {
     let listeners = (0..n)
@@ -586,6 +679,12 @@ async fn run_one(
         Scenario::Mixed => {
             for (j, w) in pop.workloads.iter_mut().enumerate() {
                 w.kind = WorkloadKind::ALL[j % WorkloadKind::ALL.len()];
+            }
+        }
+        // Every Deployment gets the period, so one paused without a change of its own shows.
+        Scenario::Pause => {
+            for w in &mut pop.workloads {
+                w.pause_period = Some(format!("{}s", plan.pause_period_s));
             }
         }
         Scenario::Fanout => {
@@ -750,10 +849,11 @@ async fn measure(
     }
 
     // ---- proxy and controller
+    let controller_creds = controller_credentials(args, kubeconfig);
     let proxy = if args.direct {
         None
     } else {
-        Some(proxy::Proxy::start(kube_client(kubeconfig).await?, epoch).await?)
+        Some(proxy::Proxy::start(kube_client(&controller_creds).await?, epoch).await?)
     };
     let proxy_kubeconfig =
         std::env::temp_dir().join(format!("kube-reloader-loadtest-{run_id}.kubeconfig"));
@@ -762,7 +862,7 @@ async fn measure(
             p.write_kubeconfig(&proxy_kubeconfig)?;
             proxy_kubeconfig.clone()
         }
-        None => kubeconfig.to_path_buf(),
+        None => controller_creds.clone(),
     };
     let scenario_flags = plan.controller_flags(scenario);
     if !scenario_flags.is_empty() && !args.controller_cmd.contains("{scenario_flags}") {
@@ -815,6 +915,7 @@ async fn measure(
     let own_before = own.snapshot();
     let sample_every = Duration::from_millis(500);
     let t_spawn = Instant::now();
+    let wall_spawn = jiff::Timestamp::now();
     let mut procs = Vec::new();
     for i in 0..cmds.len() {
         log(&format!("starting the controller: {}", cmds[i]));
@@ -863,6 +964,7 @@ async fn measure(
     tokio::time::sleep(Duration::from_secs_f64(plan.warmup_s)).await;
     let proxy_at_changes = proxy.as_ref().map(|p| p.stats());
     let t_changes = epoch.elapsed().as_secs_f64();
+    let wall_changes = jiff::Timestamp::now();
 
     let mut config_tags = BTreeMap::new();
     for w in &pop.workloads {
@@ -897,7 +999,8 @@ async fn measure(
         | Scenario::Annotations
         | Scenario::Sharded
         | Scenario::References
-        | Scenario::Mixed => {
+        | Scenario::Mixed
+        | Scenario::Cardinality => {
             let configs = ctx.pick_configs(rng, plan.changes, standard);
             log(&format!("{} changes at {}/s", configs.len(), plan.rate));
             ctx.drive_at_rate(configs, plan.rate, None).await;
@@ -1017,6 +1120,53 @@ async fn measure(
             }
             ctx.wait_reloads(timeout_for(10)).await
         }
+        Scenario::Pause => {
+            let (traces, task) = pause::spawn(client, run_id, epoch);
+            let picks = rng.sample(standard, plan.pause_workloads.min(standard));
+            let changed: Vec<String> = picks.iter().map(|&j| ctx.pop.workloads[j].key()).collect();
+            // Each Deployment's ConfigMap, changed `pause_changes_each` times 1 s apart: all
+            // within one period.
+            let configs: Vec<ConfigRef> = picks
+                .iter()
+                .map(|&j| ctx.pop.workloads[j].configs[0].clone())
+                .collect();
+            log(&format!(
+                "{} Deployments with a {}s pause period, each changed {} times 1s apart",
+                configs.len(),
+                plan.pause_period_s,
+                plan.pause_changes_each
+            ));
+            for round in 0..plan.pause_changes_each {
+                if round > 0 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                ctx.drive_burst(configs.clone()).await;
+            }
+            let mut ok = ctx
+                .wait_reloads(timeout_for(configs.len() * plan.pause_changes_each))
+                .await;
+            let period = f64::from(plan.pause_period_s);
+            let deadline = Instant::now() + Duration::from_secs_f64(period + plan.wait_base_s);
+            while !pause::all_settled(&traces, &changed) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let (problems, figures) =
+                pause::evaluate(&traces, &changed, period, plan.pause_changes_each);
+            task.abort();
+            log(&format!("pause: {} problems; {figures}", problems.len()));
+            for p in problems.iter().take(5) {
+                log(&format!("  {p}"));
+            }
+            ok &= problems.is_empty();
+            notes.insert("pause".into(), figures);
+            if !problems.is_empty() {
+                notes.insert(
+                    "pause_problems".into(),
+                    json!(problems.iter().take(20).collect::<Vec<_>>()),
+                );
+            }
+            ok
+        }
         Scenario::Large => {
             let configs: Vec<ConfigRef> = (0..plan.changes)
                 .map(|i| special[i % special.len()].clone())
@@ -1093,6 +1243,7 @@ async fn measure(
 
     // ---- final readings
     let proxy_final = proxy.as_ref().map(|p| p.stats());
+    let audit = audit_counts(args, kubeconfig, wall_spawn, wall_changes);
     let api_after = apimetrics::scrape(client).await.ok();
     let own_after = own.snapshot();
     // The last process's /metrics (every replica's, when sharded), saved next to the results.
@@ -1300,6 +1451,18 @@ async fn measure(
                 "{violations} windows exceeded the rate limit's token bucket (worst +{worst})"
             ));
         }
+        // The limiter is there to protect the API server: it must never have to push back.
+        let throttled = proxy_final
+            .as_ref()
+            .and_then(|s| s.status_codes.get(&429).copied())
+            .unwrap_or(0)
+            .max(audit.throttled);
+        if throttled > 0 {
+            verdict.passed = false;
+            verdict.examples.push(format!(
+                "the API server answered 429 (too many requests) to {throttled} of the controller's requests"
+            ));
+        }
     }
 
     // API requests.
@@ -1397,6 +1560,7 @@ async fn measure(
         "resource_timeline": timelines,
         "api_requests": api_json,
         "apiserver_delta": apiserver_delta,
+        "api_requests_audit": audit.json,
         "watch": {"events": st.watch_events, "errors": st.watch_errors},
     }))
 }

@@ -62,7 +62,7 @@ pub fn markdown(r: &Value) -> String {
     );
     let plan = &r["plan"];
     let driven = match r["scenario"].as_str().unwrap_or("") {
-        "steady" | "annotations" | "references" | "mixed" => {
+        "steady" | "annotations" | "references" | "mixed" | "cardinality" => {
             format!("{} at {}/s", plan["changes"], plan["rate"])
         }
         "sharded" => format!(
@@ -92,6 +92,10 @@ pub fn markdown(r: &Value) -> String {
             plan["kill_after"],
             plan["down_s"],
             n = plan["changes"]
+        ),
+        "pause" => format!(
+            "{} Deployments with a {} s pause period, each ConfigMap changed {} times 1 s apart",
+            plan["pause_workloads"], plan["pause_period_s"], plan["pause_changes_each"]
         ),
         _ => String::new(),
     };
@@ -133,6 +137,24 @@ pub fn markdown(r: &Value) -> String {
                 ch["controller_errors_at_end"],
                 o["health_polls"],
                 o["health_failures"],
+            ),
+        );
+    }
+    let pause = &r["notes"]["pause"];
+    if pause.is_object() {
+        row(
+            "pause",
+            format!(
+                "{} Deployments changed {} times each: paused for {} s (min {} / p50 {} / max {}; period {} s), {} problems (one pause, one rollout, resumed, paused-at removed), {} paused without a change",
+                pause["deployments_changed"],
+                pause["changes_per_deployment"],
+                pause["paused_for_s"]["p50"],
+                pause["paused_for_s"]["min"],
+                pause["paused_for_s"]["p50"],
+                pause["paused_for_s"]["max"],
+                pause["pause_period_s"],
+                pause["problems"],
+                pause["deployments_paused_without_a_change"],
             ),
         );
     }
@@ -217,6 +239,22 @@ pub fn markdown(r: &Value) -> String {
                 fmt_counts_top(&api["change_phase"], 8)
             ),
         );
+    }
+    let audit = &r["api_requests_audit"];
+    for (phase, label) in [("startup", "startup"), ("change_phase", "change phase")] {
+        if let Some(agents) = audit[phase].as_object() {
+            for (agent, a) in agents {
+                row(
+                    &format!("API server audit log, {label}, user agent `{agent}`"),
+                    format!(
+                        "{} requests ({}); response codes {}",
+                        a["total"],
+                        fmt_counts_top(&a["requests"], 8),
+                        a["codes"]
+                    ),
+                );
+            }
+        }
     }
     if let Some(n) = r["notes"].as_object().filter(|n| !n.is_empty()) {
         row(

@@ -26,6 +26,10 @@ use crate::hash;
 pub const RUN_LABEL: &str = "kube-reloader-loadtest";
 /// The one data key of every config.
 pub const DATA_KEY: &str = "value";
+/// Reloader's pause annotations (defaults of --pause-deployment-annotation and
+/// --pause-deployment-time-annotation).
+pub const PAUSE_PERIOD_ANNOTATION: &str = "deployment.reloader.stakater.com/pause-period";
+pub const PAUSED_AT_ANNOTATION: &str = "deployment.reloader.stakater.com/paused-at";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Kind {
@@ -148,6 +152,8 @@ pub struct WorkloadSpec {
     pub configs: Vec<ConfigRef>,
     pub kind: WorkloadKind,
     pub refs: RefStyle,
+    /// `deployment.reloader.stakater.com/pause-period` (Deployments; the `pause` scenario).
+    pub pause_period: Option<String>,
 }
 
 impl WorkloadSpec {
@@ -385,11 +391,15 @@ pub fn pod_template(w: &WorkloadSpec) -> serde_json::Value {
 
 /// The workload object (of `w.kind`) as JSON.
 pub fn workload_json(run_id: &str, w: &WorkloadSpec) -> serde_json::Value {
+    let mut annotations = json!({"reloader.stakater.com/auto": "true"});
+    if let Some(period) = &w.pause_period {
+        annotations[PAUSE_PERIOD_ANNOTATION] = json!(period);
+    }
     let metadata = json!({
         "name": w.name,
         "namespace": w.namespace,
         "labels": {RUN_LABEL: run_id},
-        "annotations": {"reloader.stakater.com/auto": "true"}
+        "annotations": annotations
     });
     let template = pod_template(w);
     let selector = json!({"matchLabels": {"app": w.name}});
@@ -644,7 +654,21 @@ mod tests {
             configs: vec![c(Kind::ConfigMap, "cm"), c(Kind::Secret, "sec")],
             kind,
             refs,
+            pause_period: None,
         }
+    }
+
+    #[test]
+    fn pause_period_is_an_annotation_of_the_workload() {
+        let mut w = spec(WorkloadKind::Deployment, RefStyle::EnvFrom);
+        assert!(
+            workload_json("r", &w)["metadata"]["annotations"][PAUSE_PERIOD_ANNOTATION].is_null()
+        );
+        w.pause_period = Some("8s".into());
+        assert_eq!(
+            workload_json("r", &w)["metadata"]["annotations"][PAUSE_PERIOD_ANNOTATION],
+            "8s"
+        );
     }
 
     #[test]

@@ -34,14 +34,19 @@ pub enum Scenario {
     References,
     /// `steady` with workloads spread over Deployments, StatefulSets, DaemonSets and CronJobs.
     Mixed,
-    /// Every scenario above but `references` and `mixed`, one after the other.
+    /// `steady` over many namespaces with one workload each (high cardinality: 10k namespaces
+    /// at medium and large).
+    Cardinality,
+    /// Deployments with a pause period, each changed several times within one period: one
+    /// pause, one rollout, resumed when the period ends.
+    Pause,
+    /// Every scenario above, one after the other.
     All,
 }
 
 impl Scenario {
-    /// What `all` runs: `references` and `mixed` are left out, so that `all` at small scale stays
-    /// near 5 minutes (they are run by name).
-    pub const EACH: [Scenario; 10] = [
+    /// What `all` runs.
+    pub const EACH: [Scenario; 14] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -52,6 +57,10 @@ impl Scenario {
         Scenario::Annotations,
         Scenario::Sharded,
         Scenario::Churn,
+        Scenario::References,
+        Scenario::Mixed,
+        Scenario::Cardinality,
+        Scenario::Pause,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +77,8 @@ impl Scenario {
             Scenario::Churn => "churn",
             Scenario::References => "references",
             Scenario::Mixed => "mixed",
+            Scenario::Cardinality => "cardinality",
+            Scenario::Pause => "pause",
             Scenario::All => "all",
         }
     }
@@ -105,6 +116,10 @@ pub struct Plan {
     /// Changes per second (steady, restart, annotations, large, noop).
     pub rate: f64,
     pub fanout_width: usize,
+    /// Deployments given a pause period, the period, and changes to each within it (pause).
+    pub pause_workloads: usize,
+    pub pause_period_s: u32,
+    pub pause_changes_each: usize,
     pub fanout_changes: usize,
     pub large_secrets: usize,
     pub large_secret_bytes: usize,
@@ -141,20 +156,24 @@ impl Plan {
             namespaces,
             workloads,
             changes: if big { 600 } else { 100 },
-            rate: 10.0,
+            // Small runs in CI: fast enough that every scenario fits in a few minutes.
+            rate: if big { 10.0 } else { 25.0 },
             fanout_width: 500,
-            fanout_changes: if big { 3 } else { 2 },
+            pause_workloads: if big { 200 } else { 20 },
+            pause_period_s: if big { 8 } else { 5 },
+            pause_changes_each: 3,
+            fanout_changes: if big { 3 } else { 1 },
             large_secrets: if big { 50 } else { 10 },
             large_secret_bytes: 1 << 20,
-            limit_rate: if big { 20 } else { 10 },
-            limit_burst: if big { 20 } else { 10 },
+            limit_rate: 10,
+            limit_burst: 10,
             kill_after: 0,
-            down_s: if big { 10.0 } else { 3.0 },
+            down_s: if big { 10.0 } else { 2.0 },
             replicas: 1,
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
             warmup_s: if big { 5.0 } else { 1.0 },
-            settle_s: if big { 10.0 } else { 3.0 },
+            settle_s: if big { 10.0 } else { 2.0 },
             ready_timeout_s: match scale {
                 Scale::Small => 60.0,
                 Scale::Medium => 600.0,
@@ -170,9 +189,21 @@ impl Plan {
             }
             Scenario::Large => {
                 p.changes = if big { 100 } else { 20 };
-                p.rate = 2.0;
+                p.rate = if big { 2.0 } else { 4.0 };
             }
-            Scenario::Ratelimit => p.changes = if big { 1_000 } else { 100 },
+            // 10k configs changed at once at 100 patches/s: about 100 s when the limiter works.
+            Scenario::Ratelimit if big => {
+                p.changes = 10_000.min(p.workloads);
+                p.limit_rate = 100;
+                p.limit_burst = 100;
+            }
+            Scenario::Ratelimit => p.changes = 50,
+            Scenario::Cardinality => {
+                p.namespaces = match scale {
+                    Scale::Small => 200,
+                    Scale::Medium | Scale::Large => 10_000,
+                };
+            }
             Scenario::Restart => p.changes = if big { 600 } else { 100 },
             _ => {}
         }
