@@ -94,6 +94,33 @@ impl fmt::Display for WorkloadKind {
     }
 }
 
+/// The one shared copy of a namespace's name: every key the index keeps for a namespace points
+/// at it (at 10k namespaces and 300k objects, one copy per key cost ~14 MiB). Names nobody else
+/// holds any more are swept whenever the set has doubled since the last sweep.
+pub fn intern_namespace(namespace: &str) -> Arc<str> {
+    struct Names {
+        set: std::collections::HashSet<Arc<str>, ahash::RandomState>,
+        sweep_at: usize,
+    }
+    static NAMES: std::sync::LazyLock<std::sync::Mutex<Names>> = std::sync::LazyLock::new(|| {
+        std::sync::Mutex::new(Names {
+            set: Default::default(),
+            sweep_at: 1024,
+        })
+    });
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(name) = names.set.get(namespace) {
+        return name.clone();
+    }
+    if names.set.len() >= names.sweep_at {
+        names.set.retain(|n| Arc::strong_count(n) > 1);
+        names.sweep_at = (names.set.len() * 2).max(1024);
+    }
+    let name: Arc<str> = Arc::from(namespace);
+    names.set.insert(name.clone());
+    name
+}
+
 /// Identity of one config object. Namespaces and names are shared `Arc<str>` because the
 /// reverse index holds each of them many times.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -108,6 +135,15 @@ impl ConfigKey {
         Self {
             kind,
             namespace: Arc::from(namespace),
+            name: Arc::from(name),
+        }
+    }
+
+    /// A key the index keeps: its namespace is the shared copy ([`intern_namespace`]).
+    pub fn interned(kind: ConfigKind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: intern_namespace(namespace),
             name: Arc::from(name),
         }
     }
@@ -135,10 +171,32 @@ impl WorkloadKey {
             name: Arc::from(name),
         }
     }
+
+    /// A key the index keeps: its namespace is the shared copy ([`intern_namespace`]).
+    pub fn interned(kind: WorkloadKind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: intern_namespace(namespace),
+            name: Arc::from(name),
+        }
+    }
 }
 
 impl fmt::Display for WorkloadKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_one_namespace_share_its_name() {
+        let a = ConfigKey::interned(ConfigKind::ConfigMap, "tenant-a", "x");
+        let b = WorkloadKey::interned(WorkloadKind::Deployment, "tenant-a", "y");
+        assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
+        assert_eq!(a, ConfigKey::new(ConfigKind::ConfigMap, "tenant-a", "x"));
     }
 }

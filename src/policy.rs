@@ -12,7 +12,7 @@ use crate::model::ConfigKind;
 
 /// A tri-state bool annotation, as Reloader reads it: absent or empty is `Unset` (lets
 /// `--auto-reload-all` apply); anything `ParseBool` rejects counts as `False`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Toggle {
     #[default]
     Unset,
@@ -140,13 +140,21 @@ pub struct TypePolicy {
 }
 
 /// How an Argo Rollout is reloaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum RolloutStrategy {
     /// Change the pod template (a normal rollout).
     #[default]
     Rollout,
     /// Set `spec.restartAt`: pods restart, the template (and GitOps drift) is untouched.
     Restart,
+}
+
+/// A policy without lists, as a key of the shared ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SimplePolicy {
+    switches: [(Toggle, Toggle, bool); 3],
+    rollout_strategy: RolloutStrategy,
+    pause_period: Option<Duration>,
 }
 
 /// Everything a workload's annotations say about reloading it.
@@ -185,6 +193,44 @@ impl ReloadPolicy {
                 && t.typed_auto == Toggle::Unset
                 && !t.search
                 && t.explicit.is_empty()
+        })
+    }
+
+    /// The policy in an `Arc`, shared with every workload whose policy is the same simple one
+    /// (switches only: no name lists, excludes or problems), which is most of them: at 100k
+    /// workloads one policy each cost ~20 MiB. Name lists stay per workload.
+    pub fn shared(self) -> Arc<ReloadPolicy> {
+        // Bounded: the switches have a few hundred combinations, times distinct pause periods.
+        const MAX_SHARED: usize = 1024;
+        static COMMON: std::sync::LazyLock<
+            std::sync::Mutex<std::collections::HashMap<SimplePolicy, Arc<ReloadPolicy>>>,
+        > = std::sync::LazyLock::new(Default::default);
+        let Some(key) = self.simple() else {
+            return Arc::new(self);
+        };
+        let mut common = COMMON.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = common.get(&key) {
+            return p.clone();
+        }
+        let p = Arc::new(self);
+        if common.len() < MAX_SHARED {
+            common.insert(key, p.clone());
+        }
+        p
+    }
+
+    /// Everything a simple policy is, as a key; None when it holds lists or problems.
+    fn simple(&self) -> Option<SimplePolicy> {
+        let lists = self.by_type.iter().any(|t| !t.explicit.is_empty())
+            || self.excludes.iter().any(|e| !e.is_empty())
+            || !self.problems.is_empty();
+        (!lists).then(|| SimplePolicy {
+            switches: self
+                .by_type
+                .each_ref()
+                .map(|t| (t.auto, t.typed_auto, t.search)),
+            rollout_strategy: self.rollout_strategy,
+            pause_period: self.pause_period,
         })
     }
 
@@ -329,6 +375,18 @@ mod tests {
 
     fn parse(meta: &[(&str, &str)], tmpl: &[(&str, &str)]) -> ReloadPolicy {
         ReloadPolicy::parse(&AnnotationKeys::default(), &map(meta), &map(tmpl))
+    }
+
+    #[test]
+    fn simple_policies_are_shared_lists_are_not() {
+        let auto = || parse(&[("reloader.stakater.com/auto", "true")], &[]).shared();
+        assert!(Arc::ptr_eq(&auto(), &auto()));
+        let off = parse(&[("reloader.stakater.com/auto", "false")], &[]).shared();
+        assert!(!Arc::ptr_eq(&auto(), &off));
+        let named = || parse(&[("configmap.reloader.stakater.com/reload", "a,b")], &[]).shared();
+        let (a, b) = (named(), named());
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(a.for_type(ConfigKind::ConfigMap).explicit.len(), 2);
     }
 
     #[test]

@@ -1130,6 +1130,10 @@ async fn measure(
                 .iter()
                 .map(|&j| ctx.pop.workloads[j].configs[0].clone())
                 .collect();
+            let deadline = Instant::now() + Duration::from_secs_f64(plan.wait_base_s);
+            while !pause::all_rolled_out(&traces, &changed) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             log(&format!(
                 "{} Deployments with a {}s pause period, each changed {} times 1s apart",
                 configs.len(),

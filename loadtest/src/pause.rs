@@ -89,6 +89,14 @@ fn record(traces: &mut BTreeMap<String, Trace>, d: &Deployment, t: f64) {
     tr.paused_at_annotation = annotations.is_some_and(|a| a.contains_key(PAUSED_AT_ANNOTATION));
 }
 
+/// Whether kube-controller-manager has rolled out every one of `keys` (revision 1 or more):
+/// before that, its first ReplicaSet could be mistaken for a rollout of the pause period.
+pub fn all_rolled_out(traces: &Traces, keys: &[String]) -> bool {
+    let t = traces.lock().unwrap();
+    keys.iter()
+        .all(|k| t.get(k).is_some_and(|tr| tr.revision >= 1))
+}
+
 /// Whether every changed Deployment has been resumed and rolled out since.
 pub fn all_settled(traces: &Traces, changed: &[String]) -> bool {
     let t = traces.lock().unwrap();

@@ -158,7 +158,8 @@ impl Plan {
             changes: if big { 600 } else { 100 },
             // Small runs in CI: fast enough that every scenario fits in a few minutes.
             rate: if big { 10.0 } else { 25.0 },
-            fanout_width: 500,
+            // 500 (the reference's fan-out) at medium and large; 200 keeps small under 3 min.
+            fanout_width: if big { 500 } else { 200 },
             pause_workloads: if big { 200 } else { 20 },
             pause_period_s: if big { 8 } else { 5 },
             pause_changes_each: 3,
@@ -172,8 +173,8 @@ impl Plan {
             replicas: 1,
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
-            warmup_s: if big { 5.0 } else { 1.0 },
-            settle_s: if big { 10.0 } else { 2.0 },
+            warmup_s: if big { 5.0 } else { 0.5 },
+            settle_s: if big { 10.0 } else { 1.5 },
             ready_timeout_s: match scale {
                 Scale::Small => 60.0,
                 Scale::Medium => 600.0,

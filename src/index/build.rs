@@ -45,7 +45,7 @@ pub fn workload_entry(
     let (Some(name), Some(namespace)) = (name, namespace) else {
         return Err(BuildError::NoIdentity);
     };
-    let key = WorkloadKey::new(kind, namespace, name);
+    let key = WorkloadKey::interned(kind, namespace, name);
     let metadata = string_map(object.pointer("/metadata/annotations"));
     let template: PodTemplateSpec = object
         .pointer(kind.pod_template_pointer())
@@ -103,7 +103,7 @@ pub fn workload_entry(
     let paused = object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
     Ok(WorkloadEntry {
         key,
-        policy,
+        policy: policy.shared(),
         uses,
         paused_at,
         paused,

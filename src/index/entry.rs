@@ -32,7 +32,8 @@ pub struct IndexedUse {
 #[derive(Debug, Clone)]
 pub struct WorkloadEntry {
     pub key: WorkloadKey,
-    pub policy: ReloadPolicy,
+    /// Shared between workloads with the same simple policy ([`ReloadPolicy::shared`]).
+    pub policy: Arc<ReloadPolicy>,
     pub uses: Vec<IndexedUse>,
     /// `paused-at` (unix seconds) while kube-reloader holds a pause on a Deployment.
     pub paused_at: Option<i64>,

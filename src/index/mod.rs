@@ -9,10 +9,12 @@
 
 mod build;
 mod entry;
+mod users;
 
 pub use build::{BuildError, workload_entry};
 
 pub use entry::{ConfigState, IndexedUse, WorkloadEntry};
+use users::Users;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -48,7 +50,7 @@ pub enum ConfigTransition {
 pub struct ReverseIndex {
     configs: Map<ConfigKey, ConfigState>,
     workloads: Map<WorkloadKey, Arc<WorkloadEntry>>,
-    edges: Map<ConfigKey, HashSet<WorkloadKey, RandomState>>,
+    edges: Map<ConfigKey, Users>,
     /// Workloads whose reload lists hold regex entries, by namespace: they are checked against
     /// every config event of their namespace because a regex cannot be looked up by name.
     pattern_holders: Map<Arc<str>, HashSet<WorkloadKey, RandomState>>,
@@ -70,6 +72,8 @@ impl ReverseIndex {
     // ---- configs ----
 
     pub fn apply_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
+        // A config some workload uses keeps the name the workload's entry already holds.
+        let key = self.edges.get(&key).map_or(key, |e| e.key().clone());
         match self.configs.entry(key) {
             dashmap::Entry::Vacant(v) => {
                 v.insert(state);
@@ -131,10 +135,12 @@ impl ReverseIndex {
         let key = entry.key.clone();
         let new_edges = entry.edge_configs();
         for config in &new_edges {
-            self.edges
-                .entry(config.clone())
-                .or_default()
-                .insert(key.clone());
+            match self.edges.entry(config.clone()) {
+                dashmap::Entry::Occupied(mut o) => o.get_mut().insert(key.clone()),
+                dashmap::Entry::Vacant(v) => {
+                    v.insert(Users::One(key.clone()));
+                }
+            }
         }
         if entry.has_patterns() {
             self.pattern_holders
@@ -245,10 +251,8 @@ impl ReverseIndex {
     }
 
     fn remove_edge(&self, config: &ConfigKey, key: &WorkloadKey) {
-        self.edges.remove_if_mut(config, |_, set| {
-            set.remove(key);
-            set.is_empty()
-        });
+        self.edges
+            .remove_if_mut(config, |_, users| users.remove(key));
     }
 
     fn remove_pattern_holder(&self, key: &WorkloadKey) {

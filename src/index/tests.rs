@@ -13,7 +13,7 @@ fn entry(name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> WorkloadEnt
         .collect();
     WorkloadEntry {
         key: WorkloadKey::new(WorkloadKind::Deployment, "ns", name),
-        policy: ReloadPolicy::parse(&AnnotationKeys::default(), &meta, &BTreeMap::new()),
+        policy: ReloadPolicy::parse(&AnnotationKeys::default(), &meta, &BTreeMap::new()).shared(),
         uses: uses
             .iter()
             .map(|u| IndexedUse {

@@ -246,7 +246,7 @@ where
         if !self.engine.ownership.owns(&ns) {
             return Prepared::Skipped;
         }
-        let key = ConfigKey::new(K::KIND, &ns, &obj.name_any());
+        let key = ConfigKey::interned(K::KIND, &ns, &obj.name_any());
         let annotations = obj.annotations();
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
         let matched = self.flag(annotations, &self.settings.keys.match_);

@@ -198,7 +198,7 @@ where
         let Some(namespace) = obj.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
             return;
         };
-        let key = ConfigKey::new(K::KIND, &namespace, &obj.name_any());
+        let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
         let annotations = obj.annotations().clone();
         let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
         let (ignore, matched) = (
