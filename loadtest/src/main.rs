@@ -155,6 +155,12 @@ struct Args {
     #[arg(long, num_args = 1..)]
     from: Vec<PathBuf>,
 
+    /// Start the controller without waiting for kube-controller-manager to have rolled out
+    /// every Deployment of the population (default: wait, so the start-up is measured on a
+    /// cluster at rest).
+    #[arg(long)]
+    no_wait_rollouts: bool,
+
     /// Seed of the choices of configs to change.
     #[arg(long)]
     seed: Option<u64>,
@@ -848,6 +854,47 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // ---- a cluster at rest: kube-controller-manager has rolled out every Deployment (at the
+    // large scale it is still creating ReplicaSets minutes after the last create, which would
+    // be measured as the controller's start-up)
+    let (rollouts, rollouts_task) = pause::spawn(client, run_id, epoch);
+    if !args.no_wait_rollouts {
+        let deployments: Vec<String> = pop
+            .workloads
+            .iter()
+            .filter(|w| w.kind == WorkloadKind::Deployment)
+            .map(WorkloadSpec::key)
+            .collect();
+        let t = Instant::now();
+        let mut last_log = Instant::now();
+        loop {
+            let done = pause::rolled_out(&rollouts, &deployments);
+            if done == deployments.len() {
+                log(&format!(
+                    "kube-controller-manager rolled out all {done} Deployments ({:.1}s waited)",
+                    t.elapsed().as_secs_f64()
+                ));
+                break;
+            }
+            if t.elapsed().as_secs_f64() > plan.ready_timeout_s {
+                log(&format!(
+                    "WARNING: kube-controller-manager rolled out {done}/{} Deployments after {:.0}s; starting anyway",
+                    deployments.len(),
+                    plan.ready_timeout_s
+                ));
+                break;
+            }
+            if last_log.elapsed() > Duration::from_secs(10) {
+                log(&format!(
+                    "  waiting for kube-controller-manager: {done}/{} Deployments rolled out",
+                    deployments.len()
+                ));
+                last_log = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     // ---- proxy and controller
     let controller_creds = controller_credentials(args, kubeconfig);
     let proxy = if args.direct {
@@ -1121,7 +1168,7 @@ async fn measure(
             ctx.wait_reloads(timeout_for(10)).await
         }
         Scenario::Pause => {
-            let (traces, task) = pause::spawn(client, run_id, epoch);
+            let traces = rollouts.clone();
             let picks = rng.sample(standard, plan.pause_workloads.min(standard));
             let changed: Vec<String> = picks.iter().map(|&j| ctx.pop.workloads[j].key()).collect();
             // Each Deployment's ConfigMap, changed `pause_changes_each` times 1 s apart: all
@@ -1131,7 +1178,8 @@ async fn measure(
                 .map(|&j| ctx.pop.workloads[j].configs[0].clone())
                 .collect();
             let deadline = Instant::now() + Duration::from_secs_f64(plan.wait_base_s);
-            while !pause::all_rolled_out(&traces, &changed) && Instant::now() < deadline {
+            while pause::rolled_out(&traces, &changed) < changed.len() && Instant::now() < deadline
+            {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             log(&format!(
@@ -1156,7 +1204,6 @@ async fn measure(
             }
             let (problems, figures) =
                 pause::evaluate(&traces, &changed, period, plan.pause_changes_each);
-            task.abort();
             log(&format!("pause: {} problems; {figures}", problems.len()));
             for p in problems.iter().take(5) {
                 log(&format!("  {p}"));
@@ -1316,6 +1363,7 @@ async fn measure(
         ));
     }
     watches.iter().for_each(|w| w.abort());
+    rollouts_task.abort();
     let _ = std::fs::remove_file(&proxy_kubeconfig);
 
     // ---- verdict and figures

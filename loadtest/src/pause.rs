@@ -1,4 +1,6 @@
-//! The `pause` scenario's own observations: for each Deployment with a pause period, when
+//! Rollouts as kube-controller-manager records them, watched for every run (the controller
+//! under test starts once the cluster is at rest) and checked by the `pause` scenario: for each
+//! Deployment with a pause period, when
 //! `spec.paused` went true and back to false, whether `paused-at` is gone at the end, and the
 //! Deployment's revision (kube-controller-manager bumps `deployment.kubernetes.io/revision` once
 //! per rollout and not while the Deployment is paused, so several changes joined into one
@@ -89,12 +91,14 @@ fn record(traces: &mut BTreeMap<String, Trace>, d: &Deployment, t: f64) {
     tr.paused_at_annotation = annotations.is_some_and(|a| a.contains_key(PAUSED_AT_ANNOTATION));
 }
 
-/// Whether kube-controller-manager has rolled out every one of `keys` (revision 1 or more):
-/// before that, its first ReplicaSet could be mistaken for a rollout of the pause period.
-pub fn all_rolled_out(traces: &Traces, keys: &[String]) -> bool {
+/// How many of `keys` kube-controller-manager has rolled out (revision 1 or more). Before
+/// that, its first ReplicaSet could be mistaken for a rollout of a pause period, and its
+/// catching up loads the API server while the controller under test starts.
+pub fn rolled_out(traces: &Traces, keys: &[String]) -> usize {
     let t = traces.lock().unwrap();
     keys.iter()
-        .all(|k| t.get(k).is_some_and(|tr| tr.revision >= 1))
+        .filter(|k| t.get(*k).is_some_and(|tr| tr.revision >= 1))
+        .count()
 }
 
 /// Whether every changed Deployment has been resumed and rolled out since.

@@ -11,7 +11,7 @@ mod build;
 mod entry;
 mod users;
 
-pub use build::{BuildError, workload_entry};
+pub use build::{BuildError, workload_entry, workload_entry_from_dynamic};
 
 pub use entry::{ConfigState, IndexedUse, WorkloadEntry};
 use users::Users;

@@ -11,7 +11,7 @@ use tracing::{debug, warn};
 
 use crate::config::NamespaceScope;
 use crate::engine::ConfigObserver;
-use crate::index::workload_entry;
+use crate::index::workload_entry_from_dynamic;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::rollout::kube::api_resource;
 use crate::rollout::{QueueObserver, WorkloadWriter};
@@ -154,15 +154,7 @@ where
         if !self.engine.ownership.owns(ns) {
             return None;
         }
-        let value = match serde_json::to_value(&obj) {
-            Ok(v) => v,
-            Err(e) => {
-                warn!(kind = kind.as_str(), error = %e, "workload object could not be read");
-                return None;
-            }
-        };
-        drop(obj);
-        let entry = match workload_entry(kind, &value, &self.settings.keys) {
+        let entry = match workload_entry_from_dynamic(kind, &obj, &self.settings.keys) {
             Ok(e) => e,
             Err(e) => {
                 warn!(kind = kind.as_str(), error = %e, "workload skipped");
@@ -173,10 +165,7 @@ where
         for problem in &entry.policy.problems {
             if self.reported.insert((key.clone(), problem.clone())) {
                 warn!(workload = %key, %problem, "bad annotation");
-                let uid = value
-                    .pointer("/metadata/uid")
-                    .and_then(|u| u.as_str())
-                    .map(String::from);
+                let uid = obj.metadata.uid.clone();
                 self.events
                     .bad_annotation(&workload_reference(&key, uid), problem.to_string())
                     .await;
