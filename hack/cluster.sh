@@ -378,7 +378,8 @@ EOF
 
     # kube-controller-manager: all default controllers ("*"), each with its own
     # service-account credentials (as in real clusters, so RBAC applies to
-    # them). Client QPS raised from 20/30 (to 500/1000) so deployments/replicasets keep up
+    # them). Client QPS raised from 20/30 (to 500/1000) and 20 deployment workers
+    # (from 5) so deployments/replicasets keep up
     # during load tests. Its own HTTPS endpoint (healthz) uses a self-signed
     # cert it generates in --cert-dir. --flex-volume-plugin-dir: the default is
     # /usr/libexec/kubernetes/..., which it would create on the host.
@@ -402,6 +403,7 @@ EOF
         --cluster-name=kube-reloader \
         --kube-api-qps=500 \
         --kube-api-burst=1000 \
+        --concurrent-deployment-syncs=20 \
         --profiling=false
     # The `default` ServiceAccount is created by the controller-manager's
     # serviceaccount controller, so its existence proves the controllers run.
