@@ -156,8 +156,8 @@ struct Args {
     from: Vec<PathBuf>,
 
     /// Start the controller without waiting for kube-controller-manager to have rolled out
-    /// every Deployment of the population (default: wait, so the start-up is measured on a
-    /// cluster at rest).
+    /// every Deployment of the population and for the API server's write rate to drop below
+    /// 20/s (default: wait, so the start-up is measured on a cluster at rest).
     #[arg(long)]
     no_wait_rollouts: bool,
 
@@ -497,6 +497,58 @@ impl Ctx {
                 w.configs[rng.below(w.configs.len())].clone()
             })
             .collect()
+    }
+}
+
+/// Below this many writes per second (cluster-wide, every client) the cluster is at rest.
+const QUIET_WRITES_PER_S: f64 = 20.0;
+
+/// Waits until the API server's write rate stays below [`QUIET_WRITES_PER_S`] for 5 s: after
+/// its ReplicaSets, kube-controller-manager keeps updating the status of every new Deployment
+/// (at the large scale ~300 writes/s for minutes), which would be measured as the controller's
+/// start-up. Gives up (and says so) after `timeout`.
+async fn wait_until_quiet(client: &Client, timeout: Duration) {
+    let writes = |c: &proxy::Counts| -> u64 {
+        c.iter()
+            .filter(|((verb, _), _)| {
+                matches!(
+                    verb.as_str(),
+                    "create" | "update" | "patch" | "delete" | "deletecollection"
+                )
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let window = Duration::from_secs(5);
+    let t = Instant::now();
+    let Ok(mut before) = apimetrics::scrape(client).await else {
+        log("WARNING: the API server's /metrics cannot be read: not waiting for a quiet cluster");
+        return;
+    };
+    loop {
+        tokio::time::sleep(window).await;
+        let Ok(now) = apimetrics::scrape(client).await else {
+            continue;
+        };
+        let rate = writes(&now).saturating_sub(writes(&before)) as f64 / window.as_secs_f64();
+        if rate < QUIET_WRITES_PER_S {
+            log(&format!(
+                "the cluster is at rest ({rate:.0} writes/s; {:.0}s waited)",
+                t.elapsed().as_secs_f64()
+            ));
+            return;
+        }
+        if t.elapsed() > timeout {
+            log(&format!(
+                "WARNING: still {rate:.0} writes/s after {:.0}s; starting anyway",
+                t.elapsed().as_secs_f64()
+            ));
+            return;
+        }
+        log(&format!(
+            "  waiting for a quiet cluster: {rate:.0} writes/s"
+        ));
+        before = now;
     }
 }
 
@@ -893,6 +945,10 @@ async fn measure(
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    if !args.no_wait_rollouts {
+        wait_until_quiet(client, Duration::from_secs_f64(plan.ready_timeout_s)).await;
     }
 
     // ---- proxy and controller
