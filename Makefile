@@ -48,9 +48,10 @@ test: toolchain
 
 ## Every load-test scenario at the small scale against debug builds: asserts correctness (no
 ## missed, unexpected, duplicate or stale reload; the rate limit's envelope; pause semantics),
-## never timings. Results go outside the clone.
+## never timings. Results go outside the clone. `--bins --tests`: the features `cargo test` built
+## with (dev-dependencies), so after `make test`'s tests nothing is compiled again.
 loadtest-small:
-	cargo build --locked --workspace --bin kube-reloader --bin kube-reloader-loadtest
+	cargo build --locked --workspace --bins --tests
 	$(CARGO_TARGET_DIR)/debug/kube-reloader-loadtest --scenario all --scale small \
 		--controller-bin $(CARGO_TARGET_DIR)/debug/kube-reloader \
 		--results-dir $(CACHE)/loadtest-small

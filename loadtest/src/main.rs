@@ -910,7 +910,7 @@ async fn measure(
     // large scale it is still creating ReplicaSets minutes after the last create, which would
     // be measured as the controller's start-up)
     let (rollouts, rollouts_task) = pause::spawn(client, run_id, epoch);
-    if !args.no_wait_rollouts {
+    if plan.wait_for_rest && !args.no_wait_rollouts {
         let deployments: Vec<String> = pop
             .workloads
             .iter()
@@ -947,7 +947,7 @@ async fn measure(
         }
     }
 
-    if !args.no_wait_rollouts {
+    if plan.wait_for_rest && !args.no_wait_rollouts {
         wait_until_quiet(client, Duration::from_secs_f64(plan.ready_timeout_s)).await;
     }
 

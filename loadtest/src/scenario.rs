@@ -135,6 +135,9 @@ pub struct Plan {
     /// Extra workloads created per second, each deleted `churn_lifetime_s` later (churn).
     pub churn_rate: f64,
     pub churn_lifetime_s: f64,
+    /// Wait for a cluster at rest (kube-controller-manager done, writes < 20/s) before starting
+    /// the controller: medium and large, where start-up is measured; small checks correctness.
+    pub wait_for_rest: bool,
     /// Wait after /ready before the first change.
     pub warmup_s: f64,
     /// Wait after the last expected reload, to catch late duplicates and unwanted reloads.
@@ -155,11 +158,11 @@ impl Plan {
         let mut p = Plan {
             namespaces,
             workloads,
-            changes: if big { 600 } else { 100 },
+            changes: if big { 600 } else { 50 },
             // Small runs in CI: fast enough that every scenario fits in a few minutes.
             rate: if big { 10.0 } else { 25.0 },
-            // 500 (the reference's fan-out) at medium and large; 200 keeps small under 3 min.
-            fanout_width: if big { 500 } else { 200 },
+            // 500 (the reference's fan-out) at medium and large; 100 keeps small under 3 min.
+            fanout_width: if big { 500 } else { 100 },
             pause_workloads: if big { 200 } else { 20 },
             pause_period_s: if big { 8 } else { 5 },
             pause_changes_each: 3,
@@ -173,6 +176,7 @@ impl Plan {
             replicas: 1,
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
+            wait_for_rest: big,
             warmup_s: if big { 5.0 } else { 0.5 },
             settle_s: if big { 10.0 } else { 1.5 },
             ready_timeout_s: match scale {
@@ -183,13 +187,13 @@ impl Plan {
             wait_base_s: if big { 120.0 } else { 30.0 },
         };
         match scenario {
-            Scenario::Burst => p.changes = if big { 2_000 } else { 150 },
+            Scenario::Burst => p.changes = if big { 2_000 } else { 100 },
             Scenario::Noop => {
-                p.changes = if big { 1_000 } else { 150 };
+                p.changes = if big { 1_000 } else { 100 };
                 p.rate = 50.0;
             }
             Scenario::Large => {
-                p.changes = if big { 100 } else { 20 };
+                p.changes = if big { 100 } else { 10 };
                 p.rate = if big { 2.0 } else { 4.0 };
             }
             // 10k configs changed at once at 100 patches/s: about 100 s when the limiter works.
@@ -198,14 +202,14 @@ impl Plan {
                 p.limit_rate = 100;
                 p.limit_burst = 100;
             }
-            Scenario::Ratelimit => p.changes = 50,
+            Scenario::Ratelimit => p.changes = 30,
             Scenario::Cardinality => {
                 p.namespaces = match scale {
                     Scale::Small => 200,
                     Scale::Medium | Scale::Large => 10_000,
                 };
             }
-            Scenario::Restart => p.changes = if big { 600 } else { 100 },
+            Scenario::Restart => p.changes = if big { 600 } else { 50 },
             _ => {}
         }
         p.kill_after = p.changes / 3;
