@@ -110,6 +110,17 @@ where
     /// (a handover) are listed with one paginated list per kind, so a takeover of thousands of
     /// namespaces costs a handful of LIST calls, not thousands.
     pub(super) async fn namespaces_entered(&self, namespaces: &[String]) {
+        // Scoped mode: the shard assignment spans every namespace, but only the scope's can be
+        // read (anything else is a 403 and never watched).
+        let in_scope: Vec<String> = match &self.settings.scope {
+            NamespaceScope::All => namespaces.to_vec(),
+            NamespaceScope::Only(nss) => namespaces
+                .iter()
+                .filter(|n| nss.iter().any(|s| s == *n))
+                .cloned()
+                .collect(),
+        };
+        let namespaces = in_scope.as_slice();
         if namespaces.is_empty() {
             return;
         }
