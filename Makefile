@@ -7,12 +7,16 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image chart-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image chart-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
 toolchain:
 	@bash hack/toolchain.sh >/dev/null
 	@bash hack/helm.sh >/dev/null
+
+## Debian packages the tests use (installed when missing and running as root).
+packages:
+	@bash hack/packages.sh
 
 ## Start (or reuse) the local control plane.
 cluster:
@@ -40,7 +44,7 @@ demo:
 
 ## Every test: unit tests, then integration tests against the local control plane, then the
 ## load test's small scale (every scenario, correctness only).
-test: toolchain
+test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --workspace --all-targets
 	cargo test --locked --doc
@@ -78,7 +82,7 @@ image:
 	docker build -t $(IMAGE) .
 
 ## Only the chart and RBAC tests: helm lint/template, server-side dry run, least privilege per mode.
-chart-test: toolchain
+chart-test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --test chart --test rbac
 

@@ -114,6 +114,15 @@ impl Fleet {
     }
 
     async fn replica(&self, name: &str, extra: &[&str]) -> Controller {
+        self.replica_with_env(name, extra, &[]).await
+    }
+
+    async fn replica_with_env(
+        &self,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let mut args: Vec<String> = vec![
             "--sharding".into(),
             format!("--namespace-selector=kr-shard-run={}", self.run),
@@ -121,8 +130,9 @@ impl Fleet {
         args.extend(SHARD_FLAGS.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Controller::start_with_env(&args, &[("POD_NAME", name), ("POD_NAMESPACE", &self.home)])
-            .await
+        let mut all = vec![("POD_NAME", name), ("POD_NAMESPACE", self.home.as_str())];
+        all.extend_from_slice(env);
+        Controller::start_with_env(&args, &all).await
     }
 
     async fn assignment(&self) -> Option<Assignment> {
@@ -787,4 +797,202 @@ async fn sharding_without_identity_exits_naming_what_is_missing() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("POD_NAME"));
+}
+
+/// libfaketime from Debian's `faketime` package: LD_PRELOADed, it shifts every clock the
+/// process reads (wall and monotonic) by a fixed offset.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// A replica whose clocks read `offset` (e.g. "+30s") from the true time.
+async fn skewed_replica(fleet: &Fleet, name: &str, offset: &str) -> Controller {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's faketime package (.ci/run does)"
+    );
+    fleet
+        .replica_with_env(
+            name,
+            &["--reload-strategy=annotations"],
+            &[("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", offset)],
+        )
+        .await
+}
+
+/// Liveness is judged from renewals observed on each replica's own monotonic clock, so clocks
+/// 30 s ahead and 30 s behind (each larger than the 4 s Lease) change nothing: all three replicas
+/// stay members, no namespace is owned twice, every change reloads once, and a crashed replica
+/// whose clock ran ahead is replaced within a Lease, not after its future `renewTime`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skewed_clocks_neither_kill_a_live_replica_nor_keep_a_dead_one() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::new("shard-skew", 24).await;
+    workloads(&fleet, 24).await;
+    let rollouts = record_rollouts(&fleet);
+    let mut replicas = BTreeMap::new();
+    replicas.insert("ahead", skewed_replica(&fleet, "ahead", "+30s").await);
+    replicas.insert("behind", skewed_replica(&fleet, "behind", "-30s").await);
+    replicas.insert(
+        "true",
+        fleet
+            .replica("true", &["--reload-strategy=annotations"])
+            .await,
+    );
+    let names = ["ahead", "behind", "true"];
+    let assignment = fleet.wait_members(&names, Duration::from_secs(60)).await;
+    let pairs: Vec<(&str, &Controller)> = names.iter().map(|n| (*n, &replicas[n])).collect();
+    wait_owned_as(&fleet, &pairs, &assignment, Duration::from_secs(60)).await;
+
+    // Three Lease durations with every replica live: membership must not flap and no namespace
+    // may be owned twice.
+    let hold = Instant::now();
+    while hold.elapsed() < LEASE * 3 {
+        let now = fleet.assignment().await.expect("an assignment");
+        assert_eq!(
+            now.members, assignment.members,
+            "the membership changed although every replica kept renewing"
+        );
+        let mut counts = Vec::new();
+        for (_, r) in &pairs {
+            counts.push(owned(r).await);
+        }
+        assert_eq!(counts.iter().sum::<usize>(), 24, "owned counts {counts:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    for ns in &fleet.namespaces {
+        change(&fleet, ns, "1").await;
+    }
+    let h1 = configmap_hash(&[("v", "1")]);
+    wait_for(
+        "every workload reloaded",
+        Duration::from_secs(60),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let done = fleet
+                .namespaces
+                .iter()
+                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h1)))
+                .count();
+            (done == 24).then_some(()).ok_or(format!("{done}/24"))
+        },
+    )
+    .await;
+
+    // The replica whose clock runs ahead crashes: its last renewTime lies 30 s in the future.
+    let orphaned: Vec<String> = fleet
+        .namespaces
+        .iter()
+        .filter(|ns| assignment.owner(ns) == Some("ahead"))
+        .cloned()
+        .collect();
+    assert!(!orphaned.is_empty(), "the split gave 'ahead' nothing");
+    replicas.remove("ahead").unwrap().crash();
+    for ns in &orphaned {
+        change(&fleet, ns, "2").await;
+    }
+    let h2 = configmap_hash(&[("v", "2")]);
+    let crashed_at = Instant::now();
+    wait_for(
+        "the crashed replica's namespaces reloaded",
+        LEASE + Duration::from_secs(2) + Duration::from_secs(6),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let done = orphaned
+                .iter()
+                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h2)))
+                .count();
+            (done == orphaned.len())
+                .then_some(())
+                .ok_or(format!("{done}/{}", orphaned.len()))
+        },
+    )
+    .await;
+    eprintln!(
+        "{} namespaces of the crashed replica served again after {:?}",
+        orphaned.len(),
+        crashed_at.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (ns, hashes) in rollouts.lock().unwrap().iter() {
+        let mut dedup = hashes.clone();
+        dedup.dedup();
+        assert_eq!(&dedup, hashes, "{ns}: a change rolled the workload twice");
+    }
+}
+
+/// A handover whose backfill LIST fails (real HTTP 500s from a proxy in front of the API server
+/// for the replica taking over) is retried before the generation counts as synced: every
+/// namespace it gained is fully indexed, so a change there afterwards reloads its workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
+    use common::fault_proxy::{FaultProxy, ListFault};
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::new("shard-listfail", 12).await;
+    workloads(&fleet, 12).await;
+    let rollouts = record_rollouts(&fleet);
+    let r0 = fleet
+        .replica("r0", &["--reload-strategy=annotations"])
+        .await;
+    fleet.wait_members(&["r0"], Duration::from_secs(60)).await;
+    wait_owned(&[&r0], 12, Duration::from_secs(60)).await;
+
+    let proxy = FaultProxy::start().await;
+    proxy.arm(ListFault {
+        resource: "configmaps",
+        remaining: 4,
+    });
+    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    let r1 = fleet
+        .replica_with_env(
+            "r1",
+            &["--reload-strategy=annotations"],
+            &[("KUBECONFIG", kubeconfig.as_str())],
+        )
+        .await;
+    let assignment = fleet
+        .wait_members(&["r0", "r1"], Duration::from_secs(60))
+        .await;
+    wait_owned_as(
+        &fleet,
+        &[("r0", &r0), ("r1", &r1)],
+        &assignment,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        proxy.failed() > 0,
+        "the proxy failed no LIST: the handover did not list ConfigMaps through it"
+    );
+    let retried = metric(
+        &r1.metrics().await,
+        "kube_reloader_backfill_list_failures_total{resource=\"configmap\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(retried >= 1.0, "no retried backfill list counted");
+
+    for ns in &fleet.namespaces {
+        change(&fleet, ns, "1").await;
+    }
+    let h1 = configmap_hash(&[("v", "1")]);
+    wait_for(
+        "every workload reloaded",
+        Duration::from_secs(60),
+        || async {
+            let seen = rollouts.lock().unwrap().clone();
+            let missing: Vec<&String> = fleet
+                .namespaces
+                .iter()
+                .filter(|ns| !seen.get(*ns).is_some_and(|h| h.contains(&h1)))
+                .collect();
+            missing
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("not reloaded: {missing:?}"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (ns, hashes) in rollouts.lock().unwrap().iter() {
+        assert_eq!(hashes.len(), 1, "{ns}: rolled {hashes:?}");
+    }
 }

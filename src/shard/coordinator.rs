@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::lease::{self, Member};
+use super::liveness::Liveness;
 use super::{Assignment, Ownership, ShardState};
 
 pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";
@@ -61,6 +62,10 @@ pub struct Coordinator {
     leader: std::sync::atomic::AtomicBool,
     /// Shutting down: hand our namespaces over before exiting.
     leaving: std::sync::atomic::AtomicBool,
+    /// When each member Lease was last seen to change, on the local monotonic clock.
+    member_liveness: std::sync::Mutex<Liveness>,
+    /// The same for the leader Lease.
+    leader_liveness: std::sync::Mutex<Liveness>,
 }
 
 impl Coordinator {
@@ -82,11 +87,17 @@ impl Coordinator {
             first_assignment: watch::channel(false).0,
             leader: Default::default(),
             leaving: Default::default(),
+            member_liveness: Default::default(),
+            leader_liveness: Default::default(),
         })
     }
 
     fn leases(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    async fn members(&self) -> Result<Vec<Member>, kube::Error> {
+        lease::members(&self.leases(), &self.member_liveness).await
     }
 
     fn configmaps(&self) -> Api<ConfigMap> {
@@ -142,7 +153,7 @@ impl Coordinator {
             }
             // Nobody to hand over to (the last replica, or all of them stopping at once): waiting
             // would only delay the exit to the deadline. The next replica to start reconciles.
-            if let Ok(members) = lease::members(&self.leases()).await
+            if let Ok(members) = self.members().await
                 && !members
                     .iter()
                     .any(|m| m.identity != me && m.live && !m.leaving)
@@ -211,7 +222,14 @@ impl Coordinator {
     async fn leader_loop(self: Arc<Self>) -> anyhow::Result<()> {
         let duration = self.settings.lease_duration.as_secs().max(1) as i32;
         loop {
-            match lease::try_lead(&self.leases(), &self.settings.me, duration).await {
+            match lease::try_lead(
+                &self.leases(),
+                &self.settings.me,
+                duration,
+                &self.leader_liveness,
+            )
+            .await
+            {
                 Ok(true) => {
                     if !self.leader.swap(true, Ordering::AcqRel) {
                         info!(lease = lease::LEADER_LEASE, "became the leader");
@@ -255,7 +273,7 @@ impl Coordinator {
     }
 
     async fn publish_assignment(&self) -> anyhow::Result<()> {
-        let members = lease::members(&self.leases()).await?;
+        let members = self.members().await?;
         let desired = self.desired_members(&members);
         let current = self.read_assignment().await?;
         if current.as_ref().is_some_and(|a| a.members == desired) {
@@ -360,7 +378,7 @@ impl Coordinator {
             else {
                 continue;
             };
-            let members = match lease::members(&self.leases()).await {
+            let members = match self.members().await {
                 Ok(m) => m,
                 Err(e) => {
                     debug!(error = %e, "listing members for the handover failed");

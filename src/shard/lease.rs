@@ -3,10 +3,15 @@
 //! (Reloader's name, so `--enable-ha` keeps its meaning). Optimistic concurrency on the Lease's
 //! resourceVersion makes the API server the only arbiter.
 
-use k8s_openapi::api::coordination::v1::Lease;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use super::liveness::{LeaseRecord, Liveness};
 
 pub const LEADER_LEASE: &str = "stakater-reloader-lock";
 pub const MEMBER_LABEL: &str = "kube-reloader.io/member";
@@ -78,50 +83,74 @@ pub struct Member {
     pub leaving: bool,
 }
 
-/// Every member Lease, with liveness judged against this replica's clock.
-pub async fn members(api: &Api<Lease>) -> Result<Vec<Member>, kube::Error> {
+/// Every member Lease, live when it changed within its duration by this replica's monotonic
+/// clock (see [`Liveness`]): the holders' wall clocks never decide who is alive.
+pub async fn members(
+    api: &Api<Lease>,
+    liveness: &Mutex<Liveness>,
+) -> Result<Vec<Member>, kube::Error> {
     let leases = api
         .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true")))
         .await?;
-    let now = now();
+    let now = Instant::now();
+    let mut liveness = liveness.lock().expect("liveness lock");
+    let names: Vec<String> = leases
+        .items
+        .iter()
+        .filter_map(|l| l.metadata.name.clone())
+        .collect();
+    liveness.retain(|name| names.iter().any(|n| n == name));
     Ok(leases
         .items
         .into_iter()
         .filter_map(|l| {
+            let name = l.metadata.name.clone()?;
             let spec = l.spec?;
-            let identity = spec.holder_identity?;
-            let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-            let renewed = spec.renew_time.map(|t| t.0)?;
-            let live = renewed.as_second() + duration > now.as_second();
+            let record = lease_record(&spec, 15)?;
+            let live = liveness.observe(&name, record.clone(), now);
             let annotations = l.metadata.annotations.unwrap_or_default();
-            let synced_generation = annotations
-                .get(SYNCED_ANNOTATION)
-                .and_then(|g| g.parse().ok())
-                .unwrap_or(0);
-            let leaving = annotations
-                .get(LEAVING_ANNOTATION)
-                .is_some_and(|v| v == "true");
-            let released_generation = annotations
-                .get(RELEASED_ANNOTATION)
-                .and_then(|g| g.parse().ok())
-                .unwrap_or(0);
+            let generation = |key: &str| {
+                annotations
+                    .get(key)
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or(0)
+            };
             Some(Member {
-                identity,
+                identity: record.holder,
                 live,
-                synced_generation,
-                released_generation,
-                leaving,
+                synced_generation: generation(SYNCED_ANNOTATION),
+                released_generation: generation(RELEASED_ANNOTATION),
+                leaving: annotations
+                    .get(LEAVING_ANNOTATION)
+                    .is_some_and(|v| v == "true"),
             })
         })
         .collect())
+}
+
+/// The parts of a Lease whose change means "renewed"; None without a holder.
+fn lease_record(spec: &LeaseSpec, default_secs: i32) -> Option<LeaseRecord> {
+    let seconds = spec.lease_duration_seconds.unwrap_or(default_secs).max(1);
+    Some(LeaseRecord {
+        holder: spec.holder_identity.clone()?,
+        renew_time: spec.renew_time.as_ref().map(|t| micro_time(t.0)),
+        duration: Duration::from_secs(u64::try_from(seconds).unwrap_or(1)),
+    })
 }
 
 fn micro_time(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// One leader-election round: returns whether `me` holds the leader Lease afterwards.
-pub async fn try_lead(api: &Api<Lease>, me: &str, duration_secs: i32) -> Result<bool, kube::Error> {
+/// One leader-election round: returns whether `me` holds the leader Lease afterwards. Another
+/// holder's Lease counts as expired once it has not changed for its duration by this replica's
+/// monotonic clock (`liveness`), never by comparing its `renewTime` with our wall clock.
+pub async fn try_lead(
+    api: &Api<Lease>,
+    me: &str,
+    duration_secs: i32,
+    liveness: &Mutex<Liveness>,
+) -> Result<bool, kube::Error> {
     let now = now();
     let current = api.get_opt(LEADER_LEASE).await?;
     let Some(lease) = current else {
@@ -144,11 +173,12 @@ pub async fn try_lead(api: &Api<Lease>, me: &str, duration_secs: i32) -> Result<
     };
     let spec = lease.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().unwrap_or_default();
-    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(duration_secs));
-    let expired = spec
-        .renew_time
-        .as_ref()
-        .is_none_or(|t| t.0.as_second() + duration <= now.as_second());
+    let expired = lease_record(&spec, duration_secs).is_none_or(|record| {
+        !liveness
+            .lock()
+            .expect("liveness lock")
+            .observe(LEADER_LEASE, record, Instant::now())
+    });
     if holder != me && !holder.is_empty() && !expired {
         return Ok(false);
     }

@@ -7,6 +7,7 @@
 mod assignment;
 pub mod coordinator;
 mod lease;
+mod liveness;
 pub mod ring;
 
 pub use assignment::Assignment;

@@ -101,6 +101,7 @@ pub struct Metrics {
     limiter_wait: Histogram,
     reload_latency: Histogram,
     watch_restarts: Family<ResourceLabel, Counter>,
+    backfill_list_failures: Family<ResourceLabel, Counter>,
     index_configs: Gauge,
     index_workloads: Gauge,
     index_edges: Gauge,
@@ -131,6 +132,7 @@ impl Metrics {
             limiter_wait: Histogram::new([0.0, 0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]),
             reload_latency: Histogram::new(latency_buckets()),
             watch_restarts: Family::default(),
+            backfill_list_failures: Family::default(),
             index_configs: Gauge::default(),
             index_workloads: Gauge::default(),
             index_edges: Gauge::default(),
@@ -266,6 +268,12 @@ impl Metrics {
             "watch_restarts",
             "Watch streams that failed and were restarted, by resource.",
             m.watch_restarts.clone(),
+        );
+        own.register(
+            "backfill_list_failures",
+            "LISTs of a shard handover or namespace backfill that failed and were retried, by \
+             resource (the namespaces count as synced only once they succeed).",
+            m.backfill_list_failures.clone(),
         );
         own.register(
             "index_configs",
@@ -434,6 +442,14 @@ impl ConfigObserver for Arc<Metrics> {
 impl WatchObserver for Arc<Metrics> {
     fn watch_restarted(&self, resource: &'static str) {
         self.watch_restarts
+            .get_or_create(&ResourceLabel {
+                resource: resource.into(),
+            })
+            .inc();
+    }
+
+    fn backfill_list_failed(&self, resource: &'static str) {
+        self.backfill_list_failures
             .get_or_create(&ResourceLabel {
                 resource: resource.into(),
             })

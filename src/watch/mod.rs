@@ -34,6 +34,8 @@ pub use configs::ConfigSource;
 /// Hooks for watch health (metrics).
 pub trait WatchObserver: Send + Sync + 'static {
     fn watch_restarted(&self, _resource: &'static str) {}
+    /// A LIST of a shard handover or namespace backfill failed and will be retried.
+    fn backfill_list_failed(&self, _resource: &'static str) {}
 }
 
 impl WatchObserver for () {}

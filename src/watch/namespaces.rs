@@ -126,6 +126,7 @@ where
         }
         info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
         let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
+        let wanted = &wanted;
         let targets: Vec<Option<&str>> = if namespaces.len() <= PER_NAMESPACE_LISTS {
             namespaces.iter().map(|n| Some(n.as_str())).collect()
         } else {
@@ -144,16 +145,13 @@ where
                     Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                     None => Api::all_with(self.client.clone(), &ar),
                 };
-                let mut pages = Pages::new(&api, ListParams::default(), WORKLOAD_PAGE_SIZE);
-                while let Some(page) = pages.next().await {
-                    let items = match page {
-                        Ok(items) => items,
-                        Err(e) => {
-                            warn!(namespace = ?target, kind = kind.as_str(), error = %e, "could not list workloads");
-                            break;
-                        }
-                    };
-                    for obj in items {
+                self.backfill_pages(
+                    &api,
+                    ListParams::default().limit(WORKLOAD_PAGE_SIZE),
+                    kind.as_str(),
+                    *target,
+                    wanted,
+                    |obj: DynamicObject| async move {
                         if obj
                             .metadata
                             .namespace
@@ -162,14 +160,15 @@ where
                         {
                             self.apply_workload(kind, obj).await;
                         }
-                    }
-                }
+                    },
+                )
+                .await;
             }
             if self.settings.watches_config(ConfigKind::ConfigMap) {
-                self.list_configs::<ConfigMap>(*target, &wanted).await;
+                self.list_configs::<ConfigMap>(*target, wanted).await;
             }
             if self.settings.watches_config(ConfigKind::Secret) {
-                self.list_configs::<Secret>(*target, &wanted).await;
+                self.list_configs::<Secret>(*target, wanted).await;
             }
         }
         let set: HashSet<String> = namespaces.iter().cloned().collect();
@@ -189,18 +188,57 @@ where
         if let Some(selector) = &self.settings.resource_label_selector {
             params = params.labels(selector);
         }
-        let mut pages = Pages::new(&api, params, CONFIG_PAGE_SIZE);
-        while let Some(page) = pages.next().await {
-            let items = match page {
-                Ok(items) => items,
-                Err(e) => {
-                    warn!(namespace = ?target, kind = %K::KIND, error = %e, "could not list configs");
+        let params = params.limit(CONFIG_PAGE_SIZE);
+        self.backfill_pages(&api, params, K::KIND.as_str(), target, wanted, |obj: K| {
+            self.backfill_config(obj, wanted)
+        })
+        .await;
+    }
+
+    /// Reads every page of one backfill LIST, handing each item to `each`. A failed page is
+    /// retried with capped backoff, from the first page (its continue token may have expired:
+    /// items seen twice are applied twice, which is idempotent), until the list succeeds or none
+    /// of `wanted` is owned any more. The caller reports the generation synced only after every
+    /// list returned, so a namespace is never reported synced while half indexed: a config
+    /// missing from the index would make its next change look like a creation, not reloaded.
+    async fn backfill_pages<K, F, Fut>(
+        &self,
+        api: &Api<K>,
+        params: ListParams,
+        resource: &'static str,
+        target: Option<&str>,
+        wanted: &HashSet<&str>,
+        mut each: F,
+    ) where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        F: FnMut(K) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let mut backoff = BACKFILL_RETRY_BASE;
+        'list: loop {
+            let mut pages = Pages::new(api, params.clone());
+            while let Some(page) = pages.next().await {
+                let error = match page {
+                    Ok(items) => {
+                        for obj in items {
+                            each(obj).await;
+                        }
+                        continue;
+                    }
+                    Err(e) => e,
+                };
+                if !wanted.iter().any(|ns| self.engine.ownership.owns(ns)) {
+                    info!(namespace = ?target, resource, "stopped listing: no longer owned");
                     return;
                 }
-            };
-            for obj in items {
-                self.backfill_config(obj, wanted).await;
+                warn!(namespace = ?target, resource, %error, retry_in = ?backoff,
+                    "backfill list failed; retrying before the namespaces count as synced");
+                self.observer.backfill_list_failed(resource);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKFILL_RETRY_CAP);
+                continue 'list;
             }
+            return;
         }
     }
 
@@ -235,6 +273,10 @@ where
 /// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
 const PER_NAMESPACE_LISTS: usize = 8;
 
+/// Backoff between attempts of a failed backfill list.
+const BACKFILL_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(200);
+const BACKFILL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
 /// only the gained namespaces: collecting every page first held the whole cluster's configs and
 /// workloads at once (a replica went from 66 to ~770 MiB in the 4-replica medium load test).
@@ -247,10 +289,11 @@ impl<'a, K> Pages<'a, K>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    fn new(api: &'a Api<K>, params: ListParams, page_size: u32) -> Self {
+    /// `params` carries the page size (`limit`).
+    fn new(api: &'a Api<K>, params: ListParams) -> Self {
         Self {
             api,
-            params: Some(params.limit(page_size)),
+            params: Some(params),
         }
     }
 

@@ -286,6 +286,7 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body))
 }
 pub mod crds;
+pub mod fault_proxy;
 pub mod helm;
 pub mod objects;
 pub mod receiver;

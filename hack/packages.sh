@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests use, when missing (CI runs as root on a fresh machine;
+# elsewhere it prints what to install). Each entry: a file the package provides, then the package.
+set -euo pipefail
+NEEDED=(
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 faketime" # clock-skew test (tests/sharding.rs)
+)
+missing=()
+for entry in "${NEEDED[@]}"; do
+    read -r file package <<<"$entry"
+    [[ -e $file ]] || missing+=("$package")
+done
+((${#missing[@]})) || exit 0
+if [[ $(id -u) -ne 0 ]]; then
+    echo "[packages] missing Debian packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+fi
+echo "[packages] installing ${missing[*]}" >&2
+apt-get update -qq >&2
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2

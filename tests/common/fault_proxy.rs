@@ -1,0 +1,182 @@
+//! A fault-injecting proxy between one controller and the API server: plain HTTP on loopback in
+//! front, the admin credentials behind (a kube `Client`). While a fault is armed, requests it
+//! matches get a real HTTP 500 with a Kubernetes `Status` body, as an overloaded or failing API
+//! server would answer; everything else (watches included) streams through.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+/// Which requests fail: a LIST (GET without `watch`) of `resource` (e.g. "configmaps"), up to
+/// `remaining` times.
+#[derive(Debug, Clone)]
+pub struct ListFault {
+    pub resource: &'static str,
+    pub remaining: u64,
+}
+
+#[derive(Clone, Default)]
+struct Shared {
+    fault: Arc<Mutex<Option<ListFault>>>,
+    failed: Arc<AtomicU64>,
+}
+
+pub struct FaultProxy {
+    shared: Shared,
+    kubeconfig: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FaultProxy {
+    pub async fn start() -> Self {
+        let client = super::client().await;
+        let shared = Shared::default();
+        let app = axum::Router::new()
+            .fallback(forward)
+            .with_state((client, shared.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the fault proxy");
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let kubeconfig =
+            std::env::temp_dir().join(format!("kube-reloader-fault-proxy-{}.yaml", addr.port()));
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: http://{addr}\nusers:\n- name: proxy\n  user: {{}}\ncontexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: proxy\ncurrent-context: proxy\n"
+        );
+        std::fs::write(&kubeconfig, text).expect("writing the proxy kubeconfig");
+        Self {
+            shared,
+            kubeconfig,
+            task,
+        }
+    }
+
+    /// A kubeconfig whose server is this proxy.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    pub fn arm(&self, fault: ListFault) {
+        *self.shared.fault.lock().unwrap() = Some(fault);
+    }
+
+    /// How many requests the fault has failed so far.
+    pub fn failed(&self) -> u64 {
+        self.shared.failed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}
+
+/// The resource of a request path (`/api/v1/namespaces/a/configmaps` -> `configmaps`), and
+/// whether it names one object.
+fn resource_of(path: &str) -> Option<(&str, bool)> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest: &[&str] = match segs.as_slice() {
+        ["api", _, rest @ ..] | ["apis", _, _, rest @ ..] => rest,
+        _ => return None,
+    };
+    let rest = match rest {
+        ["namespaces", _ns, more @ ..] if !more.is_empty() => more,
+        other => other,
+    };
+    match rest {
+        [r] => Some((r, false)),
+        [r, ..] => Some((r, true)),
+        [] => None,
+    }
+}
+
+fn should_fail(shared: &Shared, method: &Method, path: &str, query: Option<&str>) -> bool {
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("watch=")));
+    let is_list =
+        *method == Method::GET && !watch && resource_of(path).is_some_and(|(_, named)| !named);
+    if !is_list {
+        return false;
+    }
+    let mut fault = shared.fault.lock().unwrap();
+    let Some(f) = fault.as_mut() else {
+        return false;
+    };
+    if f.remaining == 0 || resource_of(path).map(|(r, _)| r) != Some(f.resource) {
+        return false;
+    }
+    f.remaining -= 1;
+    shared.failed.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "host"
+    )
+}
+
+async fn forward(State((client, shared)): State<(kube::Client, Shared)>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    if should_fail(&shared, &parts.method, parts.uri.path(), parts.uri.query()) {
+        let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected by the test's fault proxy","reason":"InternalError","code":500}"#;
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "application/json")],
+            status,
+        )
+            .into_response();
+    }
+    let bytes = match axum::body::to_bytes(body, 64 << 20).await {
+        Ok(b) => b,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut out = axum::http::Request::builder().method(parts.method).uri(uri);
+    for (k, v) in &parts.headers {
+        if !hop_by_hop(k) && k != header::CONTENT_LENGTH {
+            out = out.header(k, v);
+        }
+    }
+    let out = match out.body(kube::client::Body::from(bytes)) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    match client.send(out).await {
+        Ok(resp) => {
+            let (mut p, b) = resp.into_parts();
+            let names: Vec<HeaderName> = p
+                .headers
+                .keys()
+                .filter(|k| hop_by_hop(k))
+                .cloned()
+                .collect();
+            for n in names {
+                p.headers.remove(n);
+            }
+            Response::from_parts(p, Body::new(b))
+        }
+        Err(e) => (StatusCode::BAD_GATEWAY, format!("fault proxy: {e}")).into_response(),
+    }
+}
