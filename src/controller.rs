@@ -89,8 +89,6 @@ async fn detect_openshift(client: &Client, settings: &mut Settings) {
 }
 
 pub async fn run(flags: Flags) -> anyhow::Result<()> {
-    // kube and reqwest share rustls; pin its crypto provider once for the process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics_addr = parse_listen_addr(&flags.metrics_addr)
         .with_context(|| format!("--metrics-addr: '{}' is not host:port", flags.metrics_addr))?;
     let pprof_addr = flags

@@ -22,6 +22,7 @@ struct Job {
 #[derive(Clone)]
 pub struct DigestPool {
     jobs: Sender<Job>,
+    workers: usize,
 }
 
 impl DigestPool {
@@ -42,7 +43,12 @@ impl DigestPool {
                 })
                 .expect("spawning a digest worker thread");
         }
-        Self { jobs }
+        Self { jobs, workers }
+    }
+
+    /// The number of worker threads (callers size their in-flight batches from it).
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     /// Pool sized to the machine, leaving the async runtime room.

@@ -176,10 +176,6 @@ pub fn reloader_sha1_hex(text: &str) -> String {
 mod tests {
     use super::*;
 
-    fn sha1_of(s: &str) -> String {
-        reloader_sha1_hex(s)
-    }
-
     fn cm(data: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ConfigPayload {
         ConfigPayload::ConfigMap {
             data: data
@@ -209,28 +205,38 @@ mod tests {
         );
     }
 
+    // The expected hashes are literals (from `printf %s '<string>' | sha1sum`), not computed by
+    // the code under test: changing the recipe would roll every workload Reloader ever annotated.
     #[test]
     fn configmap_recipe_sorts_and_joins_entries() {
         let d = digest_payload(cm(&[("b", "2"), ("a", "1")], &[]));
-        assert_eq!(d.reloader_hash(), sha1_of("a=1;b=2"));
-        // Pinned vector: changing it would roll every workload that Reloader ever annotated.
+        assert_eq!(
+            d.reloader_hash(),
+            "f83e99e324ba68ccc373a58ef1eb42f8ab88646a"
+        ); // sha1("a=1;b=2")
         assert_eq!(
             digest_payload(cm(&[("url", "https://example.com")], &[])).reloader_hash(),
-            sha1_of("url=https://example.com")
+            "36a960f672675355b30e2427a8985af796a627fd" // sha1("url=https://example.com")
         );
     }
 
     #[test]
     fn configmap_binary_data_is_base64_standard() {
         let d = digest_payload(cm(&[("a", "1")], &[("bin", &[0xff, 0x00, 0x10])]));
-        assert_eq!(d.reloader_hash(), sha1_of("a=1;bin=/wAQ"));
+        assert_eq!(
+            d.reloader_hash(),
+            "6bb34427b980bfb994a564b93ed22b9dcef9903a"
+        ); // sha1("a=1;bin=/wAQ")
     }
 
     #[test]
     fn sort_is_over_whole_entries_not_keys() {
         // "a=2" < "a.b=1" is false ('=' 0x3d > '.' 0x2e): the joined strings decide.
         let d = digest_payload(cm(&[("a", "2"), ("a.b", "1")], &[]));
-        assert_eq!(d.reloader_hash(), sha1_of("a.b=1;a=2"));
+        assert_eq!(
+            d.reloader_hash(),
+            "c87c4639e58c2507a118aa2de293217855efefa9"
+        ); // sha1("a.b=1;a=2")
     }
 
     #[test]
@@ -239,7 +245,10 @@ mod tests {
         data.insert("password".to_string(), b"hunter2".to_vec());
         data.insert("user".to_string(), b"admin".to_vec());
         let d = digest_payload(ConfigPayload::Secret { data });
-        assert_eq!(d.reloader_hash(), sha1_of("password=hunter2;user=admin"));
+        assert_eq!(
+            d.reloader_hash(),
+            "40a4a8b97a438eafc2e54768f96e1d4895cf4a0c"
+        ); // sha1("password=hunter2;user=admin")
     }
 
     #[test]
@@ -250,7 +259,7 @@ mod tests {
         });
         assert_eq!(
             d.reloader_hash(),
-            sha1_of("SecretProviderClassName=vault;secret/pw=v2")
+            "1205f6e96060ae81090d4ad664f0c962a42a377c" // sha1("SecretProviderClassName=vault;secret/pw=v2")
         );
     }
 
@@ -278,7 +287,7 @@ mod tests {
     fn delete_marker_hash_is_stable() {
         assert_eq!(
             reloader_sha1_hex(DELETE_MARKER),
-            sha1_of("__RELOADER_EMPTY_DELETE_MARKER__")
+            "aae45badef99284e4dae01d6046154ea9d99532f" // sha1("__RELOADER_EMPTY_DELETE_MARKER__")
         );
     }
 }

@@ -48,4 +48,22 @@ mod tests {
             "STAKATER_VAULT_SECRETPROVIDERCLASS"
         );
     }
+
+    proptest::proptest! {
+        /// Whatever the name: only `[A-Z0-9_]`, never a leading `_`, never two `_` in a row,
+        /// and the kept characters are the name's alphanumerics, upper-cased, in order.
+        #[test]
+        fn fragments_are_valid_env_var_text(name in "\\PC{0,40}") {
+            let f = env_var_fragment(&name);
+            proptest::prop_assert!(f.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
+            proptest::prop_assert!(!f.starts_with('_'));
+            proptest::prop_assert!(!f.contains("__"));
+            let kept: String = name
+                .bytes()
+                .filter(u8::is_ascii_alphanumeric)
+                .map(|b| b.to_ascii_uppercase() as char)
+                .collect();
+            proptest::prop_assert_eq!(f.replace('_', ""), kept);
+        }
+    }
 }

@@ -73,4 +73,27 @@ mod tests {
         assert_eq!(owner("ns", &m).map(String::from), a);
         assert_eq!(owner("ns", &[]), None);
     }
+
+    proptest::proptest! {
+        /// For any namespace and membership: the owner is a member, it does not depend on the
+        /// members' order, and adding a member moves a namespace only to the new member.
+        #[test]
+        fn owners_are_members_order_free_and_only_move_to_a_newcomer(
+            namespace in "[a-z0-9-]{1,63}",
+            mut names in proptest::collection::btree_set("[a-z0-9-]{1,20}", 1..8),
+            newcomer in "[a-z0-9-]{1,20}",
+        ) {
+            names.remove(&newcomer);
+            proptest::prop_assume!(!names.is_empty());
+            let list: Vec<String> = names.iter().cloned().collect();
+            let reversed: Vec<String> = list.iter().rev().cloned().collect();
+            let before = owner(&namespace, &list).expect("an owner");
+            proptest::prop_assert!(list.iter().any(|m| m == before));
+            proptest::prop_assert_eq!(Some(before), owner(&namespace, &reversed));
+            let mut grown = list.clone();
+            grown.push(newcomer.clone());
+            let after = owner(&namespace, &grown).expect("an owner");
+            proptest::prop_assert!(after == before || after == newcomer);
+        }
+    }
 }

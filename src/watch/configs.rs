@@ -142,8 +142,9 @@ where
     let streams = apis.len();
     let mut synced = vec![false; streams];
     let mut relisting: Vec<Option<HashSet<ConfigKey>>> = vec![None; streams];
-    // Digests run on the pool while events keep their order.
-    let workers = ctx.settings.digest_workers.max(2) * 2;
+    // Digests run on the pool while events keep their order: two in flight per worker keeps
+    // every worker busy (the flag's 0 means a pool sized to the machine, so ask the pool).
+    let workers = ctx.pool.workers() * 2;
     let prepared = watch_streams(apis, config).map(|(i, event)| {
         let ctx = ctx.clone();
         async move { (i, ctx.prepare::<K>(event).await) }
