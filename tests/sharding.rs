@@ -937,11 +937,17 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
     wait_owned(&[&r0], 12, Duration::from_secs(60)).await;
 
     let proxy = FaultProxy::start().await;
+    // Only the handover's lists: the assignment watch lists its one ConfigMap by field selector.
     proxy.arm(ListFault {
         resource: "configmaps",
+        spare: "fieldSelector",
         remaining: 4,
     });
     let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    // The leader is paused while r1 starts, so r1 starts up owning nothing and gains its share
+    // afterwards through a handover (otherwise its start-up watches may already see the new
+    // assignment and index the share without any backfill LIST).
+    r0.signal("STOP");
     let r1 = fleet
         .replica_with_env(
             "r1",
@@ -949,6 +955,7 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
             &[("KUBECONFIG", kubeconfig.as_str())],
         )
         .await;
+    r0.signal("CONT");
     let assignment = fleet
         .wait_members(&["r0", "r1"], Duration::from_secs(60))
         .await;

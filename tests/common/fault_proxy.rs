@@ -12,11 +12,13 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-/// Which requests fail: a LIST (GET without `watch`) of `resource` (e.g. "configmaps"), up to
-/// `remaining` times.
+/// Which requests fail: a LIST (GET without `watch`) of `resource` (e.g. "configmaps") whose
+/// query does not contain `spare` (e.g. "fieldSelector", to leave lists of one named object
+/// alone), up to `remaining` times.
 #[derive(Debug, Clone)]
 pub struct ListFault {
     pub resource: &'static str,
+    pub spare: &'static str,
     pub remaining: u64,
 }
 
@@ -111,7 +113,8 @@ fn should_fail(shared: &Shared, method: &Method, path: &str, query: Option<&str>
     let Some(f) = fault.as_mut() else {
         return false;
     };
-    if f.remaining == 0 || resource_of(path).map(|(r, _)| r) != Some(f.resource) {
+    let spared = query.is_some_and(|q| q.contains(f.spare));
+    if f.remaining == 0 || spared || resource_of(path).map(|(r, _)| r) != Some(f.resource) {
         return false;
     }
     f.remaining -= 1;
