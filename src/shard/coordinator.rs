@@ -242,6 +242,12 @@ impl Coordinator {
                     if self.leader.swap(false, Ordering::AcqRel) {
                         warn!("lost leadership");
                     }
+                    // Keep observing the member Leases while following: liveness is timed from
+                    // when a renewal was first seen here, so a replica that becomes leader with
+                    // no history would count a crashed member live for one more Lease duration.
+                    if let Err(e) = self.members().await {
+                        debug!(error = %e, "listing members failed");
+                    }
                 }
                 Err(e) => warn!(error = %e, "leader election round failed"),
             }
