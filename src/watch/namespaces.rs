@@ -189,6 +189,9 @@ where
         if let Some(selector) = &self.settings.resource_label_selector {
             params = params.labels(selector);
         }
+        if let Some(fields) = self.settings.config_field_selector(K::KIND) {
+            params = params.fields(&fields);
+        }
         let mut pages = Pages::new(&api, params, CONFIG_PAGE_SIZE);
         while let Some(page) = pages.next().await {
             let items = match page {
