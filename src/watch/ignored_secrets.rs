@@ -5,7 +5,7 @@
 //!
 //! Kept off the data path: nothing is checked while the first lists run; once ready, one sweep
 //! of the index finds the Secrets used but never indexed, and later a workload event only looks
-//! its own Secrets up in the index. Each such Secret is asked about once (re-asked at most every
+//! its own Secrets up in the index (the check follows [`SETTLE`] later). Each such Secret is asked about once (re-asked at most every
 //! [`RECHECK_AFTER`]), by one metadata-only list of that name and type (no payload crosses the
 //! wire), at most [`PROBES_PER_SECOND`]; most are simply not created yet.
 
@@ -31,6 +31,10 @@ use super::{WatchContext, WatchObserver};
 pub const PROBES_PER_SECOND: u32 = 5;
 /// A Secret found absent (or of a watched type) is asked about again only after this long.
 pub const RECHECK_AFTER: Duration = Duration::from_secs(600);
+/// A workload event is checked this long after it arrived: a workload of a namespace just
+/// gained (shard handover, namespace selection) is indexed before its namespace's configs are
+/// listed, and by then they are, so nothing is asked about them.
+pub const SETTLE: Duration = Duration::from_secs(30);
 
 /// What the check knows of each referenced Secret the index does not hold, and whom it warned.
 /// Owned by the check's task alone.
@@ -65,8 +69,10 @@ impl Verdicts {
     }
 }
 
+/// A Secret a workload uses that the index did not hold, and when that was seen.
+pub(super) type Notice = (ConfigKey, Instant);
 /// Where workload events report Secrets they use that the index does not hold.
-pub(super) type Notices = mpsc::UnboundedSender<ConfigKey>;
+pub(super) type Notices = mpsc::UnboundedSender<Notice>;
 
 impl<W, O, C, M> WatchContext<W, O, C, M>
 where
@@ -83,7 +89,7 @@ where
         };
         for key in secrets {
             if self.engine.index.config(&key).is_none() {
-                let _ = notices.send(key);
+                let _ = notices.send((key, Instant::now()));
             }
         }
     }
@@ -91,7 +97,7 @@ where
     /// The check's task: sweeps the index once, then follows workload notices.
     pub(super) async fn check_ignored_secrets(
         self: Arc<Self>,
-        mut notices: mpsc::UnboundedReceiver<ConfigKey>,
+        mut notices: mpsc::UnboundedReceiver<Notice>,
     ) -> anyhow::Result<()> {
         let mut verdicts = Verdicts::default();
         let mut pace = tokio::time::interval(Duration::from_secs(1) / PROBES_PER_SECOND);
@@ -104,7 +110,8 @@ where
         for key in swept {
             self.check_one(key, &mut verdicts, &mut pace).await;
         }
-        while let Some(key) = notices.recv().await {
+        while let Some((key, seen_at)) = notices.recv().await {
+            tokio::time::sleep_until(seen_at + SETTLE).await;
             self.check_one(key, &mut verdicts, &mut pace).await;
         }
         anyhow::bail!("the ignored-Secret-type check stopped")
