@@ -508,14 +508,20 @@ fn ignoring_jobs_and_cronjobs_drops_their_flags_and_rules() {
 fn ignored_secret_types_default_to_helm_releases_and_can_be_changed_or_emptied() {
     let default = render(json!({}));
     assert!(
-        !args(&default).iter().any(|a| a.starts_with("--ignore-secret-types")),
+        !args(&default)
+            .iter()
+            .any(|a| a.starts_with("--ignore-secret-types")),
         "the default is the controller's own: {:?}",
         args(&default)
     );
     let all = render(json!({"reloader": {"ignoreSecretTypes": ""}}));
     assert!(has_arg(&all, "--ignore-secret-types="));
-    let two = render(json!({"reloader": {"ignoreSecretTypes": "helm.sh/release.v1,example.com/x"}}));
-    assert!(has_arg(&two, "--ignore-secret-types=helm.sh/release.v1,example.com/x"));
+    let two =
+        render(json!({"reloader": {"ignoreSecretTypes": "helm.sh/release.v1,example.com/x"}}));
+    assert!(has_arg(
+        &two,
+        "--ignore-secret-types=helm.sh/release.v1,example.com/x"
+    ));
 }
 
 #[test]

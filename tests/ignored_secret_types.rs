@@ -141,8 +141,8 @@ async fn helm_release_secrets_are_never_listed_or_watched_and_a_used_one_warns()
     let since = audit_now();
 
     // Scoped mode: namespaced watches (streaming lists).
-    let scoped = Controller::start_as(&as_controller, &[&format!("--namespaces={}", ns.name)], &[])
-        .await;
+    let scoped =
+        Controller::start_as(&as_controller, &[&format!("--namespaces={}", ns.name)], &[]).await;
     let line = wait_for_log_line(&scoped, &["misuse", USED_RELEASE, HELM, "never watched"]).await;
     assert!(line.contains("WARN"), "{line}");
     let note = wait_for_warning_event(
@@ -198,7 +198,9 @@ async fn helm_release_secrets_are_never_listed_or_watched_and_a_used_one_warns()
         Duration::from_secs(15),
         || async {
             let requests = secret_requests(&since);
-            let cluster_wide = requests.iter().any(|r| r.uri.starts_with("/api/v1/secrets?"));
+            let cluster_wide = requests
+                .iter()
+                .any(|r| r.uri.starts_with("/api/v1/secrets?"));
             let backfill = requests
                 .iter()
                 .any(|r| r.verb == "list" && r.uri.contains("limit="));

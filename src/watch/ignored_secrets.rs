@@ -124,8 +124,7 @@ where
         pace: &mut tokio::time::Interval,
     ) {
         // Indexed meanwhile (created, or a backfill caught up): it is watched.
-        if self.engine.index.config(&key).is_some() || !self.engine.ownership.owns(&key.namespace)
-        {
+        if self.engine.index.config(&key).is_some() || !self.engine.ownership.owns(&key.namespace) {
             return;
         }
         if verdicts.needs_probe(&key, Instant::now()) {
@@ -216,7 +215,10 @@ mod tests {
         v.record(secret("helm"), Some("helm.sh/release.v1".into()), t0);
         v.record(secret("later"), None, t0);
         let much_later = t0 + RECHECK_AFTER * 10;
-        assert!(!v.needs_probe(&secret("helm"), much_later), "types never change");
+        assert!(
+            !v.needs_probe(&secret("helm"), much_later),
+            "types never change"
+        );
         assert!(!v.needs_probe(&secret("later"), t0 + RECHECK_AFTER / 2));
         assert!(v.needs_probe(&secret("later"), t0 + RECHECK_AFTER));
         assert_eq!(v.ignored_type(&secret("helm")), Some("helm.sh/release.v1"));

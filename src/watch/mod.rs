@@ -55,9 +55,8 @@ pub struct WatchContext<W, O, C, M = ()> {
     >,
     /// Secrets used but not indexed, for the ignored-type check (`None`: no type is ignored).
     ignored_secret_notices: Option<ignored_secrets::Notices>,
-    ignored_secret_receiver: std::sync::Mutex<
-        Option<tokio::sync::mpsc::UnboundedReceiver<ignored_secrets::Notice>>,
-    >,
+    ignored_secret_receiver:
+        std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ignored_secrets::Notice>>>,
     ready: AtomicBool,
     ready_notify: Notify,
 }
