@@ -249,7 +249,7 @@ pub fn markdown(r: &Value) -> String {
                     .iter()
                     .map(|(k, n)| (k, n.as_u64().unwrap_or(0)))
                     .collect();
-                v.sort_by(|a, b| b.1.cmp(&a.1));
+                v.sort_by_key(|e| std::cmp::Reverse(e.1));
                 v.into_iter()
                     .take(4)
                     .map(|(k, n)| format!("{k} {}", mib(n)))

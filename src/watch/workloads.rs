@@ -179,7 +179,7 @@ where
         }
         debug!(workload = %key, uses = entry.uses.len(), "workload indexed");
         // Before ready the configs are not listed yet; the check sweeps the index once then.
-        let secrets: Vec<_> = if self.is_ready() {
+        let secrets: Vec<_> = if self.is_ready() && self.ignored_secret_notices.is_some() {
             let mut edges = entry.edge_configs();
             edges.retain(|c| c.kind == crate::model::ConfigKind::Secret);
             edges
