@@ -505,6 +505,26 @@ fn ignoring_jobs_and_cronjobs_drops_their_flags_and_rules() {
 }
 
 #[test]
+fn ignored_secret_types_default_to_helm_releases_and_can_be_changed_or_emptied() {
+    let default = render(json!({}));
+    assert!(
+        !args(&default)
+            .iter()
+            .any(|a| a.starts_with("--ignore-secret-types")),
+        "the default is the controller's own: {:?}",
+        args(&default)
+    );
+    let all = render(json!({"reloader": {"ignoreSecretTypes": ""}}));
+    assert!(has_arg(&all, "--ignore-secret-types="));
+    let two =
+        render(json!({"reloader": {"ignoreSecretTypes": "helm.sh/release.v1,example.com/x"}}));
+    assert!(has_arg(
+        &two,
+        "--ignore-secret-types=helm.sh/release.v1,example.com/x"
+    ));
+}
+
+#[test]
 fn ignoring_secrets_or_configmaps_drops_them_and_both_is_refused() {
     let objects = render(json!({"reloader": {"ignoreSecrets": true}}));
     assert!(has_arg(&objects, "--resources-to-ignore=secrets"));

@@ -788,12 +788,18 @@ async fn run_one(
     let initial_hashes = pop.initial_hashes();
     let own = Arc::new(OwnRequests::default());
     let t0 = Instant::now();
-    let n_objects = pop.namespaces.len() + pop.configs.len() + pop.workloads.len();
+    let mut n_objects = pop.namespaces.len() + pop.configs.len() + pop.workloads.len();
     log(&format!(
         "creating {n_objects} objects, {} in flight",
         args.concurrency
     ));
-    let created = objects::create_population(client, &pop, args.concurrency, &own).await;
+    let mut created = objects::create_population(client, &pop, args.concurrency, &own).await;
+    if created.is_ok() && !plan.background.is_empty() {
+        let (b, nss) = (&plan.background, &pop.namespaces);
+        created = objects::create_background(client, &run_id, nss, b, args.concurrency, &own)
+            .await
+            .map(|n| n_objects += n);
+    }
     let setup_s = t0.elapsed().as_secs_f64();
     let cleanup = |client: Client, run_id: String, keep: bool, conc: usize| async move {
         if keep {
@@ -1103,7 +1109,8 @@ async fn measure(
         | Scenario::Sharded
         | Scenario::References
         | Scenario::Mixed
-        | Scenario::Cardinality => {
+        | Scenario::Cardinality
+        | Scenario::Realistic => {
             let configs = ctx.pick_configs(rng, plan.changes, standard);
             log(&format!("{} changes at {}/s", configs.len(), plan.rate));
             ctx.drive_at_rate(configs, plan.rate, None).await;
@@ -1584,6 +1591,9 @@ async fn measure(
                 "change_phase_total": report::total(&changes),
                 "startup": report::counts_json(&startup),
                 "change_phase": report::counts_json(&changes),
+                "startup_bytes_received": a.bytes_received,
+                "startup_bytes_received_total": a.bytes_received.values().sum::<u64>(),
+                "change_phase_bytes_received_total": b.bytes_received.values().sum::<u64>() - a.bytes_received.values().sum::<u64>(),
                 "status_codes": b.status_codes,
                 "upstream_errors": b.upstream_errors,
                 "workload_writes_in_change_phase": write_times.len(),

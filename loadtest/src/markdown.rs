@@ -240,6 +240,34 @@ pub fn markdown(r: &Value) -> String {
             ),
         );
     }
+    if let Some(total) = api["startup_bytes_received_total"].as_u64() {
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+        let by_resource: Vec<String> = api["startup_bytes_received"]
+            .as_object()
+            .map(|m| {
+                let mut v: Vec<(&String, u64)> = m
+                    .iter()
+                    .map(|(k, n)| (k, n.as_u64().unwrap_or(0)))
+                    .collect();
+                v.sort_by_key(|e| std::cmp::Reverse(e.1));
+                v.into_iter()
+                    .take(4)
+                    .map(|(k, n)| format!("{k} {}", mib(n)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        row(
+            "bytes received from the API server (counting proxy)",
+            format!(
+                "startup {} ({}) · change phase {}",
+                mib(total),
+                by_resource.join(", "),
+                mib(api["change_phase_bytes_received_total"]
+                    .as_u64()
+                    .unwrap_or(0))
+            ),
+        );
+    }
     let audit = &r["api_requests_audit"];
     for (phase, label) in [("startup", "startup"), ("change_phase", "change phase")] {
         if let Some(agents) = audit[phase].as_object() {

@@ -604,6 +604,149 @@ pub async fn create_population(
     Ok(())
 }
 
+/// What every namespace of a real cluster holds besides the configs workloads use (the
+/// `realistic` scenario): Helm release records (`releases` x `revisions` Secrets of type
+/// `helm.sh/release.v1`, random bytes so compression flatters nothing), a TLS Secret and
+/// ConfigMaps no workload references. `kube-root-ca.crt` is not created: kube-controller-
+/// manager's root-CA publisher puts one in every namespace. None is ever changed or used:
+/// whatever a controller spends on them is waste.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Background {
+    pub helm_releases: usize,
+    pub helm_revisions: usize,
+    pub helm_secret_bytes: usize,
+    pub tls_secret_bytes: usize,
+    pub unreferenced_configmaps: usize,
+}
+
+impl Background {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The objects of one namespace, as JSON (`kind` says which API).
+    pub fn objects(&self, run_id: &str, namespace: &str) -> Vec<(Kind, serde_json::Value)> {
+        let mut rng = crate::scenario::Rng::new(
+            namespace
+                .bytes()
+                .fold(7, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+        );
+        let mut random =
+            |n: usize| -> ByteString { ByteString((0..n).map(|_| rng.next_u64() as u8).collect()) };
+        let mut out = Vec::new();
+        for r in 0..self.helm_releases {
+            for v in 1..=self.helm_revisions {
+                let release = format!("release-{r}");
+                let status = if v == self.helm_revisions {
+                    "deployed"
+                } else {
+                    "superseded"
+                };
+                let mut m = meta(
+                    run_id,
+                    Some(namespace),
+                    &format!("sh.helm.release.v1.{release}.v{v}"),
+                );
+                m.labels.get_or_insert_default().extend([
+                    ("owner".to_string(), "helm".to_string()),
+                    ("name".to_string(), release),
+                    ("status".to_string(), status.to_string()),
+                    ("version".to_string(), v.to_string()),
+                ]);
+                let secret = Secret {
+                    metadata: m,
+                    type_: Some("helm.sh/release.v1".into()),
+                    data: Some(BTreeMap::from([(
+                        "release".into(),
+                        random(self.helm_secret_bytes),
+                    )])),
+                    ..Default::default()
+                };
+                out.push((
+                    Kind::Secret,
+                    serde_json::to_value(secret).expect("serializable"),
+                ));
+            }
+        }
+        if self.tls_secret_bytes > 0 {
+            let secret = Secret {
+                metadata: meta(run_id, Some(namespace), "ingress-tls"),
+                type_: Some("kubernetes.io/tls".into()),
+                data: Some(BTreeMap::from([
+                    ("tls.crt".into(), random(self.tls_secret_bytes)),
+                    ("tls.key".into(), random(self.tls_secret_bytes / 2)),
+                ])),
+                ..Default::default()
+            };
+            out.push((
+                Kind::Secret,
+                serde_json::to_value(secret).expect("serializable"),
+            ));
+        }
+        for k in 0..self.unreferenced_configmaps {
+            let text: String = random(2048)
+                .0
+                .iter()
+                .map(|b| char::from(b'a' + b % 26))
+                .collect();
+            let cm = ConfigMap {
+                metadata: meta(run_id, Some(namespace), &format!("unused-{k}")),
+                data: Some(BTreeMap::from([(DATA_KEY.to_string(), text)])),
+                ..Default::default()
+            };
+            out.push((
+                Kind::ConfigMap,
+                serde_json::to_value(cm).expect("serializable"),
+            ));
+        }
+        out
+    }
+}
+
+/// Creates `background` in every namespace (`concurrency` requests in flight).
+pub async fn create_background(
+    client: &Client,
+    run_id: &str,
+    namespaces: &[String],
+    background: &Background,
+    concurrency: usize,
+    own: &Arc<OwnRequests>,
+) -> Result<usize> {
+    let objects: Vec<(String, Kind, serde_json::Value)> = namespaces
+        .iter()
+        .flat_map(|ns| {
+            background
+                .objects(run_id, ns)
+                .into_iter()
+                .map(move |(kind, o)| (ns.clone(), kind, o))
+        })
+        .collect();
+    let n = objects.len();
+    futures::stream::iter(objects.into_iter().map(|(ns, kind, obj)| {
+        let client = client.clone();
+        let own = own.clone();
+        async move {
+            let what = format!("creating {} in {ns}", obj["metadata"]["name"]);
+            match kind {
+                Kind::ConfigMap => {
+                    own.add("create", "configmaps");
+                    let o: ConfigMap = serde_json::from_value(obj)?;
+                    create_one(Api::namespaced(client, &ns), o, what).await
+                }
+                Kind::Secret => {
+                    own.add("create", "secrets");
+                    let o: Secret = serde_json::from_value(obj)?;
+                    create_one(Api::namespaced(client, &ns), o, what).await
+                }
+            }
+        }
+    }))
+    .buffer_unordered(concurrency)
+    .try_collect::<Vec<_>>()
+    .await?;
+    Ok(n)
+}
+
 /// Deletes the namespaces labelled `selector` (does not wait for them to go away).
 pub async fn delete_namespaces(
     client: &Client,
@@ -693,6 +836,50 @@ mod tests {
             t["spec"]["containers"][0]["volumeMounts"][0]["name"],
             "projected"
         );
+    }
+
+    #[test]
+    fn background_is_helm_history_a_tls_secret_and_unused_configmaps() {
+        let b = Background {
+            helm_releases: 2,
+            helm_revisions: 3,
+            helm_secret_bytes: 1000,
+            tls_secret_bytes: 100,
+            unreferenced_configmaps: 2,
+        };
+        let objects = b.objects("run", "ns");
+        let secrets: Vec<Secret> = objects
+            .iter()
+            .filter(|(k, _)| *k == Kind::Secret)
+            .map(|(_, o)| serde_json::from_value(o.clone()).unwrap())
+            .collect();
+        let helm: Vec<&Secret> = secrets
+            .iter()
+            .filter(|s| s.type_.as_deref() == Some("helm.sh/release.v1"))
+            .collect();
+        assert_eq!(helm.len(), 6);
+        let payload = &helm[0].data.as_ref().unwrap()["release"].0;
+        assert_eq!(payload.len(), 1000);
+        assert!(
+            payload
+                .iter()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                > 200,
+            "random bytes, not a compressible pattern"
+        );
+        assert!(
+            secrets
+                .iter()
+                .any(|s| s.type_.as_deref() == Some("kubernetes.io/tls"))
+        );
+        let configmaps: Vec<String> = objects
+            .iter()
+            .filter(|(k, _)| *k == Kind::ConfigMap)
+            .map(|(_, o)| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(configmaps, ["unused-0", "unused-1"]);
+        assert!(Background::default().objects("run", "ns").is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde::Serialize;
 
 /// Request counts by (verb, resource), Kubernetes' verb names (watch/list/get/create/...).
@@ -32,6 +33,10 @@ pub struct Stats {
     /// was deleted meanwhile).
     pub workload_write_codes: BTreeMap<u16, u64>,
     pub upstream_errors: u64,
+    /// Response body bytes sent to the controller, by resource (what it received from the API
+    /// server; watches counted as their events stream through).
+    #[serde(skip)]
+    pub bytes_received: BTreeMap<String, u64>,
 }
 
 #[derive(Clone)]
@@ -167,7 +172,7 @@ async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
                 _ => {}
             }
         }
-        *s.counts.entry((verb, resource)).or_default() += 1;
+        *s.counts.entry((verb, resource.clone())).or_default() += 1;
     }
     let bytes = match axum::body::to_bytes(body, 64 << 20).await {
         Ok(b) => b,
@@ -207,7 +212,15 @@ async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
             for n in names {
                 p.headers.remove(n);
             }
-            Response::from_parts(p, Body::new(b))
+            let stats = st.stats.clone();
+            let counted = Body::new(b).into_data_stream().map(move |chunk| {
+                if let Ok(bytes) = &chunk {
+                    let mut s = stats.lock().unwrap();
+                    *s.bytes_received.entry(resource.clone()).or_default() += bytes.len() as u64;
+                }
+                chunk
+            });
+            Response::from_parts(p, Body::from_stream(counted))
         }
         Err(e) => {
             st.stats.lock().unwrap().upstream_errors += 1;

@@ -40,13 +40,16 @@ pub enum Scenario {
     /// Deployments with a pause period, each changed several times within one period: one
     /// pause, one rollout, resumed when the period ends.
     Pause,
+    /// `steady` in namespaces that also hold what real ones do: Helm release history, a TLS
+    /// Secret, ConfigMaps nobody references, kube-root-ca.crt.
+    Realistic,
     /// Every scenario above, one after the other.
     All,
 }
 
 impl Scenario {
     /// What `all` runs.
-    pub const EACH: [Scenario; 14] = [
+    pub const EACH: [Scenario; 15] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -61,6 +64,7 @@ impl Scenario {
         Scenario::Mixed,
         Scenario::Cardinality,
         Scenario::Pause,
+        Scenario::Realistic,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +83,7 @@ impl Scenario {
             Scenario::Mixed => "mixed",
             Scenario::Cardinality => "cardinality",
             Scenario::Pause => "pause",
+            Scenario::Realistic => "realistic",
             Scenario::All => "all",
         }
     }
@@ -135,6 +140,8 @@ pub struct Plan {
     /// Extra workloads created per second, each deleted `churn_lifetime_s` later (churn).
     pub churn_rate: f64,
     pub churn_lifetime_s: f64,
+    /// Objects in every namespace that nothing uses (realistic).
+    pub background: crate::objects::Background,
     /// Wait for a cluster at rest (kube-controller-manager done, writes < 20/s) before starting
     /// the controller: medium and large, where start-up is measured; small checks correctness.
     pub wait_for_rest: bool,
@@ -176,6 +183,7 @@ impl Plan {
             replicas: 1,
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
+            background: Default::default(),
             wait_for_rest: big,
             warmup_s: if big { 5.0 } else { 0.5 },
             settle_s: if big { 10.0 } else { 1.5 },
@@ -210,6 +218,17 @@ impl Plan {
                 };
             }
             Scenario::Restart => p.changes = if big { 600 } else { 50 },
+            // Helm keeps 10 revisions by default; 3 releases x 4 revisions x 16 KiB is a modest
+            // namespace (192 KiB of release records; 190 MB over the medium scale's 1000).
+            Scenario::Realistic => {
+                p.background = crate::objects::Background {
+                    helm_releases: if big { 3 } else { 1 },
+                    helm_revisions: if big { 4 } else { 2 },
+                    helm_secret_bytes: if big { 16 << 10 } else { 4 << 10 },
+                    tls_secret_bytes: 2048,
+                    unreferenced_configmaps: 2,
+                };
+            }
             _ => {}
         }
         p.kill_after = p.changes / 3;

@@ -12,6 +12,9 @@ pub fn parse_go_bool(value: &str) -> Result<bool, String> {
     }
 }
 
+/// Helm's release records (`helm.sh/release.v1`): one per release revision, never mounted.
+pub const DEFAULT_IGNORED_SECRET_TYPES: &str = "helm.sh/release.v1";
+
 /// kube-reloader: rolls workloads when the ConfigMaps, Secrets or CSI secrets they use change.
 #[derive(Debug, Clone, Parser, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -172,4 +175,9 @@ pub struct Flags {
     /// Threads hashing config payloads (0: half the CPUs).
     #[arg(long, default_value_t = 0)]
     pub digest_workers: usize,
+
+    /// Secret types never listed or watched (comma list; empty: every type). Helm's release
+    /// records are most Secret bytes of a cluster and no pod can use them.
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_IGNORED_SECRET_TYPES)]
+    pub ignore_secret_types: Vec<String>,
 }

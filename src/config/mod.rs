@@ -5,7 +5,7 @@ mod flags;
 mod selector;
 
 pub use annotations::AnnotationKeys;
-pub use flags::{Flags, parse_go_bool};
+pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Flags, parse_go_bool};
 pub use selector::reloader_selector_to_label_selector;
 
 use std::time::Duration;
@@ -77,6 +77,8 @@ pub struct Settings {
     pub max_patches_per_second: u32,
     pub patch_burst: u32,
     pub digest_workers: usize,
+    /// `--ignore-secret-types`: excluded server-side from every Secret list and watch.
+    pub ignored_secret_types: Vec<String>,
     /// Leases and shard assignment, with `--sharding` or `--enable-ha`.
     pub shard: Option<crate::shard::coordinator::ShardSettings>,
 }
@@ -95,6 +97,20 @@ impl Settings {
             WorkloadKind::DeploymentConfig => self.openshift,
             other => !self.ignored_workloads.contains(&other),
         }
+    }
+
+    /// The field selector every list and watch of `kind` carries (`type!=a,type!=b` for Secrets
+    /// of ignored types), so the API server never sends what cannot matter.
+    pub fn config_field_selector(&self, kind: ConfigKind) -> Option<String> {
+        if kind != ConfigKind::Secret || self.ignored_secret_types.is_empty() {
+            return None;
+        }
+        let clauses: Vec<String> = self
+            .ignored_secret_types
+            .iter()
+            .map(|t| format!("type!={t}"))
+            .collect();
+        Some(clauses.join(","))
     }
 
     pub fn namespace_ignored(&self, namespace: &str) -> bool {
@@ -174,6 +190,17 @@ impl TryFrom<Flags> for Settings {
         } else {
             NamespaceScope::Only(namespaces)
         };
+
+        let ignored_secret_types = split_list(&f.ignore_secret_types);
+        if let Some(bad) = ignored_secret_types
+            .iter()
+            .find(|t| t.contains(|c: char| c.is_whitespace() || "=!\\".contains(c)))
+        {
+            return Err(invalid(
+                "ignore-secret-types",
+                format!("'{bad}' is not a Secret type (no spaces, '=', '!' or '\\')"),
+            ));
+        }
 
         let namespace_selector = reloader_selector_to_label_selector(&f.namespace_selector)
             .map_err(|m| invalid("namespace-selector", m))?;
@@ -272,6 +299,7 @@ impl TryFrom<Flags> for Settings {
             max_patches_per_second: f.max_patches_per_second,
             patch_burst: f.patch_burst,
             digest_workers: f.digest_workers,
+            ignored_secret_types,
             shard,
         })
     }
@@ -358,6 +386,25 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.to_string().contains("--renew-deadline"), "{err}");
+    }
+
+    #[test]
+    fn helm_release_secrets_are_excluded_server_side_unless_asked_otherwise() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(
+            s.config_field_selector(ConfigKind::Secret).as_deref(),
+            Some("type!=helm.sh/release.v1")
+        );
+        assert_eq!(s.config_field_selector(ConfigKind::ConfigMap), None);
+        let s = settings(&["--ignore-secret-types="]).unwrap();
+        assert_eq!(s.config_field_selector(ConfigKind::Secret), None);
+        let s = settings(&["--ignore-secret-types=helm.sh/release.v1, kubernetes.io/tls"]).unwrap();
+        assert_eq!(
+            s.config_field_selector(ConfigKind::Secret).as_deref(),
+            Some("type!=helm.sh/release.v1,type!=kubernetes.io/tls")
+        );
+        let err = settings(&["--ignore-secret-types=a=b"]).unwrap_err();
+        assert!(err.to_string().contains("--ignore-secret-types"), "{err}");
     }
 
     #[test]

@@ -128,6 +128,16 @@ impl ReverseIndex {
             .collect()
     }
 
+    /// Configs of `kind` that some workload uses or names but the index holds nothing of (not
+    /// created yet, or never watched: a Secret of an ignored type).
+    pub fn unresolved_configs(&self, kind: ConfigKind) -> Vec<ConfigKey> {
+        self.edges
+            .iter()
+            .filter(|e| e.key().kind == kind && !self.configs.contains_key(e.key()))
+            .map(|e| e.key().clone())
+            .collect()
+    }
+
     // ---- workloads ----
 
     pub fn apply_workload(&self, entry: WorkloadEntry) {

@@ -184,3 +184,17 @@ fn an_event_older_than_what_is_stored_is_not_a_change() {
         ConfigTransition::Changed
     );
 }
+
+#[test]
+fn unresolved_configs_are_those_used_but_never_indexed() {
+    let index = ReverseIndex::new();
+    index.apply_workload(entry("web", &["present", "absent"], &[]));
+    index.apply_config(cm("present"), state(1));
+    assert_eq!(
+        index.unresolved_configs(ConfigKind::ConfigMap),
+        vec![cm("absent")]
+    );
+    assert!(index.unresolved_configs(ConfigKind::Secret).is_empty());
+    index.delete_workload(&WorkloadKey::new(WorkloadKind::Deployment, "ns", "web"));
+    assert!(index.unresolved_configs(ConfigKind::ConfigMap).is_empty());
+}

@@ -107,6 +107,12 @@ impl EventSink {
             .await;
     }
 
+    /// The workload uses a Secret whose type is never watched (`--ignore-secret-types`).
+    pub async fn ignored_secret_type(&self, reference: &ObjectReference, note: String) {
+        self.publish(reference, EventType::Warning, "SecretTypeIgnored", note)
+            .await;
+    }
+
     /// A bad annotation value (invalid regex, pause period, rollout strategy).
     pub async fn bad_annotation(&self, reference: &ObjectReference, note: String) {
         self.publish(reference, EventType::Warning, "InvalidAnnotation", note)

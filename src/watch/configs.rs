@@ -104,7 +104,10 @@ where
         config = config.labels(selector);
     }
     for kind in kinds {
-        let (ctx, gate, config) = (ctx.clone(), gate.clone(), config.clone());
+        let (ctx, gate, mut config) = (ctx.clone(), gate.clone(), config.clone());
+        if let Some(fields) = ctx.settings.config_field_selector(kind) {
+            config = config.fields(&fields);
+        }
         match kind {
             ConfigKind::ConfigMap => {
                 tasks.spawn(

@@ -41,14 +41,17 @@ pub fn config_watch(streaming: bool) -> watcher::Config {
 }
 
 /// Whether the API server completes a streaming list for `api` (one empty watch request).
-pub async fn streaming_lists_served<K>(api: Api<K>) -> bool
+pub async fn streaming_lists_served<K>(api: Api<K>, fields: Option<&str>) -> bool
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let config = watcher::Config::default()
+    let mut config = watcher::Config::default()
         .streaming_lists()
         .labels(PROBE_SELECTOR)
         .timeout(5);
+    if let Some(fields) = fields {
+        config = config.fields(fields);
+    }
     let probe = async {
         let mut events = watcher::watcher(api, config).boxed();
         while let Some(event) = events.next().await {

@@ -6,6 +6,7 @@
 
 pub mod access;
 mod configs;
+mod ignored_secrets;
 mod list_strategy;
 mod namespaces;
 mod workloads;
@@ -54,6 +55,10 @@ pub struct WatchContext<W, O, C, M = ()> {
         (crate::model::WorkloadKey, crate::policy::PolicyProblem),
         ahash::RandomState,
     >,
+    /// Secrets used but not indexed, for the ignored-type check (`None`: no type is ignored).
+    ignored_secret_notices: Option<ignored_secrets::Notices>,
+    ignored_secret_receiver:
+        std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ignored_secrets::Notice>>>,
     ready: AtomicBool,
     ready_notify: Notify,
 }
@@ -74,6 +79,14 @@ where
         observer: M,
     ) -> Arc<Self> {
         let settings = engine.settings.clone();
+        let check_types = !settings.ignored_secret_types.is_empty()
+            && settings.watches_config(crate::model::ConfigKind::Secret);
+        let (notices, receiver) = if !check_types {
+            (None, None)
+        } else {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        };
         Arc::new(Self {
             client,
             engine,
@@ -83,6 +96,8 @@ where
             pauses,
             observer,
             reported: Default::default(),
+            ignored_secret_notices: notices,
+            ignored_secret_receiver: std::sync::Mutex::new(receiver),
             ready: AtomicBool::new(false),
             ready_notify: Notify::new(),
         })
@@ -135,6 +150,10 @@ where
         self.ready.store(true, Ordering::Release);
         self.ready_notify.notify_waiters();
         info!("ready");
+        let receiver = self.ignored_secret_receiver.lock().unwrap().take();
+        if let Some(notices) = receiver {
+            tasks.spawn(self.clone().check_ignored_secrets(notices));
+        }
         if let Some(link) = shard {
             link.coordinator.synced(start_generation);
             let ctx = self.clone();
@@ -167,15 +186,18 @@ where
         use crate::model::ConfigKind;
         use k8s_openapi::api::core::v1::{ConfigMap, Secret};
         if self.settings.watches_config(ConfigKind::ConfigMap) {
-            self.probe_with::<ConfigMap>().await
+            self.probe_with::<ConfigMap>(None).await
         } else if self.settings.watches_config(ConfigKind::Secret) {
-            self.probe_with::<Secret>().await
+            let fields = self.settings.config_field_selector(ConfigKind::Secret);
+            self.probe_with::<Secret>(fields.as_deref()).await
         } else {
             false
         }
     }
 
-    async fn probe_with<K>(&self) -> bool
+    /// `fields`: the kind's field selector, so that even the probe asks only for what the
+    /// watches will.
+    async fn probe_with<K>(&self, fields: Option<&str>) -> bool
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
@@ -189,7 +211,7 @@ where
             .into_iter()
             .next()
         {
-            Some(api) => list_strategy::streaming_lists_served(api).await,
+            Some(api) => list_strategy::streaming_lists_served(api, fields).await,
             None => false,
         }
     }

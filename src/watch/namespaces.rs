@@ -188,6 +188,9 @@ where
         if let Some(selector) = &self.settings.resource_label_selector {
             params = params.labels(selector);
         }
+        if let Some(fields) = self.settings.config_field_selector(K::KIND) {
+            params = params.fields(&fields);
+        }
         let params = params.limit(CONFIG_PAGE_SIZE);
         self.backfill_pages(&api, params, K::KIND.as_str(), target, wanted, |obj: K| {
             self.backfill_config(obj, wanted)

@@ -178,7 +178,16 @@ where
                 .schedule(key.clone(), paused_at, period.as_secs() as i64);
         }
         debug!(workload = %key, uses = entry.uses.len(), "workload indexed");
+        // Before ready the configs are not listed yet; the check sweeps the index once then.
+        let secrets: Vec<_> = if self.is_ready() && self.ignored_secret_notices.is_some() {
+            let mut edges = entry.edge_configs();
+            edges.retain(|c| c.kind == crate::model::ConfigKind::Secret);
+            edges
+        } else {
+            Vec::new()
+        };
         self.engine.index.apply_workload(entry);
+        self.notice_unindexed_secrets(secrets);
         Some(key)
     }
 }

@@ -257,5 +257,6 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- $a = append $a (printf "--patch-burst=%v" ($r.patchBurst | int)) -}}
 {{- $a = append $a (printf "--min-reload-interval=%s" $r.minReloadInterval) -}}
 {{- with $v.digestWorkers }}{{ $a = append $a (printf "--digest-workers=%v" (. | int)) }}{{ end -}}
+{{- if and (hasKey $v "ignoreSecretTypes") (ne (toString $v.ignoreSecretTypes) "helm.sh/release.v1") }}{{ $a = append $a (printf "--ignore-secret-types=%s" (toString $v.ignoreSecretTypes)) }}{{ end -}}
 {{- toYaml $a -}}
 {{- end -}}
