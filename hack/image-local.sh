@@ -56,6 +56,8 @@ ln -s /proc/mounts "$rootfs/etc/mtab"
 
 "$ROOT/hack/podman.sh" build --quiet --build-arg "VERSION=$version" -t "$image" \
     -f "$ctx/Containerfile" "$ctx" >/dev/null
+# The previous build under this name, now untagged, would only fill the cache.
+"$ROOT/hack/podman.sh" image prune --force >/dev/null
 size=$("$ROOT/hack/podman.sh" image inspect --format '{{.Size}}' "$image")
 printf '[image-local] %s: %s MiB (%s, libraries: %s)\n' "$image" "$((size / 1048576))" \
     "$binary" "$(echo $libs | tr '\n' ' ')" >&2

@@ -66,8 +66,6 @@ fn image_under_test() -> String {
         "hack/image-local.sh failed:\n{}{}",
         out.stdout, out.stderr
     );
-    // The previous build of this tag, now untagged.
-    let _ = podman(&["image", "prune", "--force"]);
     image.to_string()
 }
 

@@ -39,7 +39,7 @@ fn var(name: &str, value: &str) -> Value {
     json!({"name": name, "value": value})
 }
 
-/// The three changes of every test, in order: (config kind, name, new data, var, its hash).
+/// The hashes the three changes of every test write (`old` before and after its change).
 struct Changes {
     cm: String,
     secret: String,
@@ -93,7 +93,7 @@ async fn create_configs(ns: &TestNamespace) {
     create(c, &ns.name, configmap("old", json!({"o": "1"}))).await;
 }
 
-/// The three changes, each as a function of the test namespace.
+/// Change number `step`: app-config (new var), app-secret (new var), old (existing var).
 async fn change(ns: &TestNamespace, step: usize) {
     match step {
         0 => set_configmap_data(&ns.client, &ns.name, "app-config", json!({"g": "2"})).await,

@@ -47,15 +47,13 @@ pub enum EnvPlacement {
 impl EnvPlacement {
     pub fn of(kind: WorkloadKind) -> Self {
         match kind {
-            WorkloadKind::Deployment | WorkloadKind::DaemonSet | WorkloadKind::StatefulSet => {
-                EnvPlacement::First
-            }
-            // Rollouts are updated whole, Jobs created; DeploymentConfigs were updated whole by
-            // the Reloader versions that still rolled them.
-            WorkloadKind::Rollout
-            | WorkloadKind::CronJob
-            | WorkloadKind::Job
-            | WorkloadKind::DeploymentConfig => EnvPlacement::Last,
+            // DeploymentConfigs: the Reloader versions that still rolled them patched them so.
+            WorkloadKind::Deployment
+            | WorkloadKind::DaemonSet
+            | WorkloadKind::StatefulSet
+            | WorkloadKind::DeploymentConfig => EnvPlacement::First,
+            // Rollouts are updated whole, Jobs created.
+            WorkloadKind::Rollout | WorkloadKind::CronJob | WorkloadKind::Job => EnvPlacement::Last,
         }
     }
 }
@@ -430,6 +428,7 @@ mod tests {
             WorkloadKind::Deployment,
             WorkloadKind::DaemonSet,
             WorkloadKind::StatefulSet,
+            WorkloadKind::DeploymentConfig,
         ] {
             // Separate writes and one coalesced write of the same changes agree.
             let rounds: [&[(&str, &str)]; 3] = [&[("a", "ha")], &[("old", "2")], &[("b", "hb")]];
@@ -446,7 +445,6 @@ mod tests {
             WorkloadKind::Rollout,
             WorkloadKind::CronJob,
             WorkloadKind::Job,
-            WorkloadKind::DeploymentConfig,
         ] {
             assert_eq!(
                 names_after(kind, &rounds),
