@@ -20,8 +20,16 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # Runtime: no shell, no package manager; runs as nobody (65534) with a read-only root filesystem
 # (kube-reloader writes nothing to disk).
+# `make image-local` builds the same runtime stage without a registry: everything from here on
+# but the COPY --from=build line is copied into its FROM-scratch Containerfile.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /kube-reloader /kube-reloader
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="kube-reloader" \
+      org.opencontainers.image.description="Drop-in Rust replacement for stakater/Reloader" \
+      org.opencontainers.image.source="https://github.com/kube-reloader/kube-reloader" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
 USER 65534:65534
 # /metrics, /live, /ready
 EXPOSE 9090

@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image chart-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image image-local image-test chart-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
 toolchain:
@@ -48,6 +48,8 @@ test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --workspace --all-targets
 	cargo test --locked --doc
+	@$(MAKE) --no-print-directory image-local image-test IMAGE=localhost/kube-reloader:make-test \
+		IMAGE_BINARY=$(CARGO_TARGET_DIR)/debug/kube-reloader
 	@$(MAKE) --no-print-directory loadtest-small
 
 ## Every load-test scenario at the small scale against debug builds: asserts correctness (no
@@ -76,10 +78,27 @@ loadtest:
 manifests:
 	@bash hack/helm-manifests.sh
 
-## Build the container image (needs a Docker engine): make image IMAGE=registry/kube-reloader:tag
-IMAGE ?= kube-reloader:dev
+## The container image, named by default as a release publishes it (the chart's default image:
+## values.yaml image.repository, tag Chart.yaml appVersion). `make image`: the Dockerfile, with a
+## Docker engine, else podman. `make image-local`: no registry needed, FROM scratch + `make
+## binary`'s build (or IMAGE_BINARY) + its shared libraries (hack/image-local.sh). `make
+## image-test`: runs that image read-only, as nobody, in-cluster against the local control plane
+## (tests/image.rs; podman + runc, see hack/podman.sh). `make test` builds and tests it from the
+## debug binary its tests already built, saving a release build.
+CHART_DIR := deployments/kubernetes/chart/kube-reloader
+APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' $(CHART_DIR)/Chart.yaml)
+IMAGE ?= $(shell awk '/^image:/ { f = 1; next } f && /^  repository:/ { print $$2; exit }' $(CHART_DIR)/values.yaml):$(APP_VERSION)
 image:
-	docker build -t $(IMAGE) .
+	@if docker info >/dev/null 2>&1; then set -x; docker build --build-arg VERSION=$(APP_VERSION) -t $(IMAGE) .; \
+	else set -x; bash hack/podman.sh build --build-arg VERSION=$(APP_VERSION) -t $(IMAGE) .; fi
+
+image-local:
+	@bin="$(IMAGE_BINARY)"; [ -n "$$bin" ] || bin=$$($(MAKE) -s --no-print-directory binary | tail -n1); \
+		bash hack/image-local.sh "$$bin" $(IMAGE) $(APP_VERSION)
+
+image-test:
+	@bash hack/cluster.sh up >/dev/null
+	KUBE_RELOADER_IMAGE=$(IMAGE) cargo test --locked --test image -- --nocapture
 
 ## Only the chart and RBAC tests: helm lint/template, server-side dry run, least privilege per mode.
 chart-test: toolchain packages
@@ -89,4 +108,5 @@ chart-test: toolchain packages
 ## What CI checks besides the tests.
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --locked --workspace --all-targets -- -D warnings
+	cargo clippy --locked --workspace --all-targets --test image -- -D warnings
+	"$$(bash hack/actionlint.sh)/actionlint"

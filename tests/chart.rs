@@ -214,11 +214,25 @@ fn scoped_mode_gets_one_role_per_watched_namespace_and_nothing_cluster_wide() {
     }}));
     assert!(of_kind(&objects, "ClusterRole").is_empty());
     assert!(of_kind(&objects, "ClusterRoleBinding").is_empty());
-    assert!(has_arg(&objects, "--namespaces=team-a,team-b"));
-    for ns in ["team-a", "team-b"] {
+    // As Reloader's chart (reloader-watchNamespaces): the release namespace is always watched.
+    assert!(
+        has_arg(&objects, &format!("--namespaces={NS},team-a,team-b")),
+        "{:?}",
+        args(&objects)
+    );
+    assert!(
+        !env(&objects)
+            .iter()
+            .any(|(n, _)| n == "KUBERNETES_NAMESPACE")
+    );
+    for ns in ["team-a", "team-b", NS] {
         let role = role_in(&objects, ns).unwrap_or_else(|| panic!("no Role in {ns}"));
         let res = resources_granted(&role["rules"]);
         assert!(res.contains("configmaps") && res.contains("deployments.apps"));
+        assert!(
+            res.contains("jobs.batch") && res.contains("events"),
+            "{ns}: {res:?}"
+        );
         assert!(!res.contains("namespaces"), "{res:?}");
         let binding = of_kind(&objects, "RoleBinding")
             .into_iter()
@@ -226,26 +240,74 @@ fn scoped_mode_gets_one_role_per_watched_namespace_and_nothing_cluster_wide() {
             .unwrap_or_else(|| panic!("no RoleBinding in {ns}"));
         assert_eq!(binding["subjects"][0]["namespace"], NS);
     }
-    // The release namespace is not watched: only the meta-info ConfigMap there.
-    let own = &role_in(&objects, NS).unwrap()["rules"];
-    assert_eq!(
-        resources_granted(own),
-        BTreeSet::from(["configmaps".to_string()])
+    assert_eq!(of_kind(&objects, "Role").len(), 3);
+    // reloader-meta-info is published in the release namespace only.
+    let meta = (
+        "".into(),
+        "configmaps".into(),
+        "reloader-meta-info".into(),
+        "patch".into(),
     );
+    assert!(grants(&role_in(&objects, NS).unwrap()["rules"]).contains(&meta));
+    assert!(!grants(&role_in(&objects, "team-a").unwrap()["rules"]).contains(&meta));
 
-    // A comma separated string works too (Reloader's chart accepts both).
-    let objects = render(json!({"reloader": {"watchGlobally": false, "namespaces": "x, y"}}));
-    assert!(has_arg(&objects, "--namespaces=x,y"));
+    // A comma separated string works too (Reloader's chart accepts both); listing the release
+    // namespace changes nothing; `namespace` moves the release namespace.
+    let objects = render(json!({"reloader": {"watchGlobally": false, "namespaces": "y, x"}}));
+    assert!(has_arg(&objects, &format!("--namespaces={NS},x,y")));
+    let objects = render(json!({"reloader": {"watchGlobally": false, "namespaces": [NS, "a"]}}));
+    assert!(has_arg(&objects, &format!("--namespaces=a,{NS}")));
+    assert_eq!(of_kind(&objects, "Role").len(), 2);
+    let objects = render(json!({"namespace": "ops",
+        "reloader": {"watchGlobally": false, "namespaces": ["a"]}}));
+    assert!(has_arg(&objects, "--namespaces=a,ops"));
+    assert!(role_in(&objects, NS).is_none() && role_in(&objects, "ops").is_some());
 }
 
 #[test]
-fn scoped_mode_without_a_list_watches_the_release_namespace() {
+fn scoped_mode_without_a_list_watches_the_release_namespace_through_kubernetes_namespace() {
     let objects = render(json!({"reloader": {"watchGlobally": false}}));
-    assert!(has_arg(&objects, &format!("--namespaces={NS}")));
+    // Reloader's single-namespace mode: no --namespaces, the pod's own namespace.
+    assert!(arg_with_prefix(&objects, "--namespaces").is_none());
+    let (_, source) = env(&objects)
+        .into_iter()
+        .find(|(n, _)| n == "KUBERNETES_NAMESPACE")
+        .expect("KUBERNETES_NAMESPACE");
+    assert_eq!(
+        source,
+        json!({"fieldRef": {"fieldPath": "metadata.namespace"}})
+    );
     assert!(of_kind(&objects, "ClusterRole").is_empty());
     assert_eq!(of_kind(&objects, "Role").len(), 1);
     let res = resources_granted(&role_in(&objects, NS).unwrap()["rules"]);
     assert!(res.contains("secrets") && res.contains("jobs.batch") && res.contains("events"));
+    // Global mode never sets it (the binary would watch one namespace only).
+    assert!(
+        !env(&render(json!({})))
+            .iter()
+            .any(|(n, _)| n == "KUBERNETES_NAMESPACE")
+    );
+}
+
+#[test]
+fn ignore_namespaces_only_with_watch_globally() {
+    let ignore = json!("kube-system,kube-public");
+    let objects = render(json!({"reloader": {"ignoreNamespaces": ignore}}));
+    assert!(has_arg(
+        &objects,
+        "--namespaces-to-ignore=kube-system,kube-public"
+    ));
+    for scoped in [
+        json!({"ignoreNamespaces": ignore, "watchGlobally": false}),
+        json!({"ignoreNamespaces": ignore, "watchGlobally": false, "namespaces": ["a"]}),
+    ] {
+        let objects = render(json!({ "reloader": scoped }));
+        assert!(
+            arg_with_prefix(&objects, "--namespaces-to-ignore").is_none(),
+            "{scoped}: {:?}",
+            args(&objects)
+        );
+    }
 }
 
 #[test]

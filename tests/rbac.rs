@@ -337,7 +337,11 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
         "search": key("search"), "match": key("match"), "ignore": key("ignore"),
         "pausePeriod": key("pause-period"), "pauseTime": key("paused-at"),
     });
-    if values["reloader"]["watchGlobally"] == false {
+    // Scoped mode lists the workloads' namespace, except "scoped without a list" (`namespaces:
+    // []`): then only the release namespace is watched, and the workloads live there.
+    let scoped = values["reloader"]["watchGlobally"] == false;
+    let listed = values["reloader"].get("namespaces").is_none();
+    if scoped && listed {
         values["reloader"]["namespaces"] = json!([workloads.name]);
     }
     if values["reloader"]["namespaceSelector"] == "SELF" {
@@ -427,7 +431,11 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
     .await;
     let me = identity_of(&admin, &release.name, &service_account).await;
     let nobody = identity_of(&admin, &release.name, "unbound").await;
-    let watched = vec![workloads.name.clone()];
+    // As in Reloader's chart, scoped mode always watches the release namespace too.
+    let watched = match listed {
+        true => vec![workloads.name.clone(), release.name.clone()],
+        false => vec![release.name.clone()],
+    };
     for ns in [&release.name, &workloads.name, &unrelated.name] {
         let expected = needs.in_namespace(ns, &release.name, &watched);
         assert_exact_rules(&me.client, &nobody.client, ns, &expected, mode).await;
@@ -435,7 +443,11 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
 
     // Workloads of every kind the mode handles, all using one ConfigMap (or Secret).
     let c = &admin;
-    let ns = &workloads.name;
+    let ns = if listed {
+        &workloads.name
+    } else {
+        &release.name
+    };
     let ours = json!({"kube-reloader-rbac": release.name});
     let (config_kind, config_name) = if needs.configmaps {
         let cm = with_labels(configmap("app-config", json!({"k": "v1"})), ours.clone());
@@ -482,6 +494,12 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
         rollout["apiVersion"] = json!("argoproj.io/v1alpha1");
         rollout["kind"] = json!("Rollout");
         create(c, ns, rollout).await;
+    }
+
+    // With a list, a workload in the release namespace is reloaded as well.
+    let home = scoped && listed;
+    if home {
+        create_home(c, &release.name, &ours, &key("auto")).await;
     }
 
     // kube-reloader with the chart's args and env, as that ServiceAccount.
@@ -564,6 +582,18 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
         )
         .await;
     }
+    if home {
+        set_configmap_data(c, &release.name, "home-config", json!({"k": "v2"})).await;
+        let hash = configmap_hash(&[("k", "v2")]);
+        wait_for_deployment_env(
+            c,
+            &release.name,
+            "home",
+            "STAKATER_HOME_CONFIG_CONFIGMAP",
+            &hash,
+        )
+        .await;
+    }
     // The Event about the reload was written (events create), and reloader-meta-info exists.
     wait_for(
         &format!("{mode}: a Reloaded Event on Deployment web"),
@@ -617,6 +647,19 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
     controller.stop().await;
 }
 
+/// A Deployment in the release namespace using a ConfigMap there, both confined to this test.
+async fn create_home(c: &Client, release: &str, ours: &Value, auto_key: &str) {
+    let cm = with_labels(configmap("home-config", json!({"k": "v1"})), ours.clone());
+    create(c, release, cm).await;
+    let spec = pod_spec(env_from_configmap("home-config"), json!([]));
+    create(
+        c,
+        release,
+        deployment("home", json!({ auto_key: "true" }), spec),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_mode_needs_a_cluster_role_and_the_meta_info_configmap() {
     prove("global", json!({})).await;
@@ -625,6 +668,16 @@ async fn global_mode_needs_a_cluster_role_and_the_meta_info_configmap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_mode_needs_nothing_cluster_wide() {
     prove("scoped", json!({"watchGlobally": false})).await;
+}
+
+/// Reloader's single-namespace mode: KUBERNETES_NAMESPACE, a Role in the release namespace only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_mode_without_a_list_watches_the_release_namespace_only() {
+    prove(
+        "scoped-own",
+        json!({"watchGlobally": false, "namespaces": []}),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

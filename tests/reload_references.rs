@@ -58,21 +58,22 @@ async fn env_value_from_key_refs_are_references() {
     wait_for_deployment_env(c, n, "web", "STAKATER_VF_CM_CONFIGMAP", &cm_hash).await;
     let obj = wait_for_deployment_env(c, n, "web", "STAKATER_VF_SECRET_SECRET", &secret_hash).await;
 
-    // The user's own env entries stay, in place; the reload vars follow (in the order the two
-    // writes happened, or one coalesced write: either order is right).
+    // The user's own env entries stay, in their order; the reload vars go ahead of them, as
+    // Reloader's merge patch leaves them (newest first; which change came first depends on how
+    // the two writes were timed, so their order is not asserted here: tests/reload_env_order.rs).
     let names: Vec<String> = template_env(&obj, "/spec/template", 0)
         .into_iter()
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(names[..2], ["FROM_CM", "FROM_SECRET"]);
-    let mut added = names[2..].to_vec();
+    assert_eq!(names[2..], ["FROM_CM", "FROM_SECRET"]);
+    let mut added = names[..2].to_vec();
     added.sort();
     assert_eq!(
         added,
         ["STAKATER_VF_CM_CONFIGMAP", "STAKATER_VF_SECRET_SECRET"]
     );
     assert_eq!(
-        obj.pointer("/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name"),
+        obj.pointer("/spec/template/spec/containers/0/env/2/valueFrom/configMapKeyRef/name"),
         Some(&json!("vf-cm"))
     );
 }

@@ -250,10 +250,10 @@ async fn env_vars_strategy_updates_the_var_in_place() {
     assert_eq!(
         template_env(&obj, "/spec/template", 0),
         [
-            ("USER_VAR".to_string(), "kept".to_string()),
-            ("STAKATER_CFG_CONFIGMAP".to_string(), second)
+            ("STAKATER_CFG_CONFIGMAP".to_string(), second),
+            ("USER_VAR".to_string(), "kept".to_string())
         ],
-        "one var, new value, the user's env untouched"
+        "one var (first, as Reloader's merge patch leaves it), new value, the user's env untouched"
     );
     assert_eq!(obj["metadata"]["generation"], 3, "two writes");
     assert_eq!(

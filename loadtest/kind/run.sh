@@ -23,7 +23,9 @@
 #   KEEP_CLUSTER=1        0: delete the cluster when the script ends (even one it reused)
 #   KIND_NODE_IMAGE=      kindest/node image (default: the kind release's default)
 #   KWOK_NODES=3          fake nodes
-#   IMAGE=kube-reloader:loadtest   image name:tag built and loaded into the cluster
+#   IMAGE=                image name:tag built and loaded into the cluster (default: the chart's
+#                         default image, values.yaml image.repository : Chart.yaml appVersion,
+#                         as `make image` names it)
 #   RESULTS_DIR=loadtest/results/kind
 #   LOADTEST_ARGS=        more flags for the load generator (e.g. '--changes 300 --rate 5')
 #   KUBE_RELOADER_BIN=    MODE=binary: measure this binary (default: `make -s binary`)
@@ -44,7 +46,10 @@ CLUSTER_NAME=${CLUSTER_NAME:-kube-reloader-loadtest}
 KEEP_CLUSTER=${KEEP_CLUSTER:-1}
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-}
 KWOK_NODES=${KWOK_NODES:-3}
-IMAGE=${IMAGE:-kube-reloader:loadtest}
+CHART=$ROOT/deployments/kubernetes/chart/kube-reloader
+APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")
+IMAGE=${IMAGE:-$(awk '/^image:/ { f = 1; next } f && /^  repository:/ { print $2; exit }' \
+    "$CHART/values.yaml"):$APP_VERSION}
 RESULTS_DIR=${RESULTS_DIR:-$ROOT/loadtest/results/kind}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # kwok's in-cluster manifests, at the version hack/toolchain.sh builds for the local control plane.
@@ -53,7 +58,6 @@ KWOK_URL=https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION
 
 RELEASE=kube-reloader
 RELEASE_NS=kube-reloader
-CHART=$ROOT/deployments/kubernetes/chart/kube-reloader
 # Pod label carrying the load test's run id (reloader.deployment.labels), to find this run's pod.
 RUN_POD_LABEL=kube-reloader-loadtest-run
 STATE=$CACHE/kind-$CLUSTER_NAME
@@ -186,7 +190,8 @@ EOF
 image_up() {
     [[ $IMAGE == *:* && ${IMAGE##*:} != */* ]] || die "IMAGE must be name:tag (got '$IMAGE')"
     log "building $IMAGE from $ROOT/Dockerfile"
-    DOCKER_BUILDKIT=1 "$DOCKER" build -t "$IMAGE" "$ROOT" || die "docker build failed"
+    DOCKER_BUILDKIT=1 "$DOCKER" build --build-arg "VERSION=$APP_VERSION" -t "$IMAGE" "$ROOT" ||
+        die "docker build failed"
     log "loading $IMAGE into the kind cluster"
     "$KIND" load docker-image "$IMAGE" --name "$CLUSTER_NAME" || die "kind load docker-image failed"
 }

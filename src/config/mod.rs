@@ -202,8 +202,23 @@ impl TryFrom<Flags> for Settings {
             ));
         }
 
+        // As in Reloader, both only apply when every namespace is watched: in scoped mode the
+        // watched set is explicit, so they are dropped (a namespace listed and ignored is watched).
+        let global = scope == NamespaceScope::All;
         let namespace_selector = reloader_selector_to_label_selector(&f.namespace_selector)
-            .map_err(|m| invalid("namespace-selector", m))?;
+            .map_err(|m| invalid("namespace-selector", m))?
+            .filter(|_| global);
+        let namespaces_to_ignore = if global {
+            split_list(&f.namespaces_to_ignore)
+        } else {
+            if !split_list(&f.namespaces_to_ignore).is_empty() {
+                tracing::warn!(
+                    "--namespaces-to-ignore is only honoured when watching every namespace; \
+                     ignoring it in scoped mode"
+                );
+            }
+            Vec::new()
+        };
         let resource_label_selector =
             reloader_selector_to_label_selector(&f.resource_label_selector)
                 .map_err(|m| invalid("resource-label-selector", m))?;
@@ -287,7 +302,7 @@ impl TryFrom<Flags> for Settings {
             scope,
             namespace_selector,
             resource_label_selector,
-            namespaces_to_ignore: split_list(&f.namespaces_to_ignore),
+            namespaces_to_ignore,
             ignored_configs,
             ignored_workloads,
             argo_rollouts: f.is_argo_rollouts,
@@ -367,6 +382,20 @@ mod tests {
     fn namespaces_scope() {
         let s = settings(&["--namespaces", "a, b"]).unwrap();
         assert_eq!(s.scope, NamespaceScope::Only(vec!["a".into(), "b".into()]));
+    }
+
+    #[test]
+    fn ignore_list_and_namespace_selector_only_apply_in_global_mode() {
+        let filters = [
+            "--namespaces-to-ignore=a,kube-system",
+            "--namespace-selector=team=x",
+        ];
+        let global = settings(&filters).unwrap();
+        assert_eq!(global.namespaces_to_ignore, ["a", "kube-system"]);
+        assert_eq!(global.namespace_selector.as_deref(), Some("team=x"));
+        let scoped = settings(&[&filters[..], &["--namespaces=a,b"]].concat()).unwrap();
+        assert!(scoped.namespaces_to_ignore.is_empty() && !scoped.namespace_ignored("a"));
+        assert_eq!(scoped.namespace_selector, None);
     }
 
     #[test]

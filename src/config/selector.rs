@@ -24,10 +24,13 @@ fn split_terms(s: &str) -> Vec<&str> {
 pub fn reloader_selector_to_label_selector(values: &[String]) -> Result<Option<String>, String> {
     let mut out: Vec<String> = Vec::new();
     for value in values {
+        // Reloader's chart renders `--namespace-selector="k=v, k2 in (a,b)"`: its flag library
+        // reads the value as CSV, which drops the quotes. Labels cannot contain `"` anyway.
+        let value = value.replace('"', "");
         if value.matches('(').count() != value.matches(')').count() {
             return Err(format!("unbalanced parentheses in '{value}'"));
         }
-        for term in split_terms(value) {
+        for term in split_terms(&value) {
             let term = term.trim();
             if term.is_empty() {
                 continue;
@@ -71,6 +74,11 @@ mod tests {
         assert_eq!(sel(&["team:*"]), Some("team".into()));
         assert_eq!(sel(&["k=v,k2 in (a,b)"]), Some("k=v,k2 in (a,b)".into()));
         assert_eq!(sel(&["a:1", "b:2"]), Some("a=1,b=2".into()));
+        // As Reloader's chart quotes it.
+        assert_eq!(
+            sel(&["\"team=a, env in (prod,stage)\""]),
+            Some("team=a,env in (prod,stage)".into())
+        );
     }
 
     #[test]

@@ -31,6 +31,33 @@ pub enum TemplateError {
     BadTemplate(#[from] serde_json::Error),
 }
 
+/// Where a new reload env var goes in its container's env list: where Reloader leaves it, kind by
+/// kind, so that swapping controllers changes no pod template (GitOps tools diff lists by
+/// position). An existing var is always updated in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvPlacement {
+    /// Reloader writes a strategic merge patch naming only the new var; the API server's merge
+    /// puts patch entries the live list lacks ahead of the live ones, so several new vars end
+    /// up newest first.
+    First,
+    /// Reloader edits its copy of the object (`append`) and updates or creates it whole.
+    Last,
+}
+
+impl EnvPlacement {
+    pub fn of(kind: WorkloadKind) -> Self {
+        match kind {
+            // DeploymentConfigs: the Reloader versions that still rolled them patched them so.
+            WorkloadKind::Deployment
+            | WorkloadKind::DaemonSet
+            | WorkloadKind::StatefulSet
+            | WorkloadKind::DeploymentConfig => EnvPlacement::First,
+            // Rollouts are updated whole, Jobs created.
+            WorkloadKind::Rollout | WorkloadKind::CronJob | WorkloadKind::Job => EnvPlacement::Last,
+        }
+    }
+}
+
 /// JSON-pointer escaping of one path segment.
 pub fn escape_pointer(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
@@ -100,8 +127,9 @@ pub fn edit_template(
     let mut edit = TemplateEdit::default();
     match strategy {
         ReloadStrategy::EnvVars => {
+            let placement = EnvPlacement::of(kind);
             for change in changes {
-                edit_env_var(template, pointer, &spec, change, &mut edit);
+                edit_env_var(template, pointer, &spec, change, placement, &mut edit);
             }
         }
         ReloadStrategy::Annotations => {
@@ -116,6 +144,7 @@ fn edit_env_var(
     pointer: &str,
     spec: &PodSpec,
     change: &TemplateChange,
+    placement: EnvPlacement,
     edit: &mut TemplateEdit,
 ) {
     let var = reload_env_var(change.config.kind, &change.config.name);
@@ -150,7 +179,13 @@ fn edit_env_var(
                     return;
                 }
                 Some(existing) => *existing = json!({"name": var, "value": hash}),
-                None => env.push(json!({"name": var, "value": hash})),
+                None => {
+                    let entry = json!({"name": var, "value": hash});
+                    match placement {
+                        EnvPlacement::First => env.insert(0, entry),
+                        EnvPlacement::Last => env.push(entry),
+                    }
+                }
             }
             edit.touch(format!("{pointer}/spec/containers/{}/env", choice.index));
             edit.written.push(change.config.clone());
@@ -343,6 +378,85 @@ mod tests {
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
         );
         assert_eq!(ops[1]["op"], "add");
+    }
+
+    /// Env var names of container 0 after applying `rounds` (one write each) to a workload of
+    /// `kind` whose container starts with `PRE` and `STAKATER_OLD_CONFIGMAP`.
+    fn names_after(kind: WorkloadKind, rounds: &[&[(&str, &str)]]) -> Vec<String> {
+        let mut obj = deployment();
+        if kind == WorkloadKind::CronJob {
+            let template = obj["spec"]["template"].take();
+            obj["spec"] = json!({"jobTemplate": {"spec": {"template": template}}});
+        }
+        let pointer = format!("{}/spec/containers/0/env", kind.pod_template_pointer());
+        *obj.pointer_mut(&pointer.replace("/env", "")).unwrap() = json!({
+            "name": "app",
+            "envFrom": [{"configMapRef": {"name": "a"}}, {"configMapRef": {"name": "b"}},
+                        {"configMapRef": {"name": "old"}}],
+            "env": [{"name": "PRE", "value": "p"}, {"name": "STAKATER_OLD_CONFIGMAP", "value": "1"}]
+        });
+        for round in rounds {
+            let changes: Vec<_> = round.iter().map(|(n, h)| change(n, Some(h))).collect();
+            let keys = AnnotationKeys::default();
+            edit_template(&mut obj, kind, ReloadStrategy::EnvVars, &keys, &changes, 1).unwrap();
+        }
+        obj.pointer(&pointer)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}={}",
+                    e["name"].as_str().unwrap(),
+                    e["value"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn patched_kinds_put_new_vars_first_newest_first_and_update_in_place() {
+        // What the API server's strategic merge leaves after Reloader's one-var patches.
+        let expected = [
+            "STAKATER_B_CONFIGMAP=hb",
+            "STAKATER_A_CONFIGMAP=ha",
+            "PRE=p",
+            "STAKATER_OLD_CONFIGMAP=2",
+        ];
+        for kind in [
+            WorkloadKind::Deployment,
+            WorkloadKind::DaemonSet,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::DeploymentConfig,
+        ] {
+            // Separate writes and one coalesced write of the same changes agree.
+            let rounds: [&[(&str, &str)]; 3] = [&[("a", "ha")], &[("old", "2")], &[("b", "hb")]];
+            assert_eq!(names_after(kind, &rounds), expected, "{kind}");
+            let coalesced: [&[(&str, &str)]; 1] = [&[("a", "ha"), ("old", "2"), ("b", "hb")]];
+            assert_eq!(names_after(kind, &coalesced), expected, "{kind} coalesced");
+        }
+    }
+
+    #[test]
+    fn updated_and_created_kinds_append_new_vars() {
+        let rounds: [&[(&str, &str)]; 2] = [&[("a", "ha"), ("old", "2")], &[("b", "hb")]];
+        for kind in [
+            WorkloadKind::Rollout,
+            WorkloadKind::CronJob,
+            WorkloadKind::Job,
+        ] {
+            assert_eq!(
+                names_after(kind, &rounds),
+                [
+                    "PRE=p",
+                    "STAKATER_OLD_CONFIGMAP=2",
+                    "STAKATER_A_CONFIGMAP=ha",
+                    "STAKATER_B_CONFIGMAP=hb"
+                ],
+                "{kind}"
+            );
+        }
     }
 
     #[test]

@@ -100,19 +100,19 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* Watched namespaces when watchGlobally is false, as a JSON list: reloader.namespaces
-(list or comma string; trimmed, de-duplicated, sorted), or else the release namespace. Empty
-list in global mode. */}}
+{{/* Watched namespaces when watchGlobally is false, as a JSON list, computed as Reloader's chart
+does: the release namespace (or `namespace`), always, plus reloader.namespaces (list or comma
+string; trimmed, de-duplicated, sorted). Empty list in global mode. */}}
 {{- define "kube-reloader.watchNamespaces" -}}
 {{- $clean := list -}}
 {{- if not .Values.reloader.watchGlobally -}}
+{{- $clean = list (include "kube-reloader.namespace" .) -}}
 {{- $ns := .Values.reloader.namespaces | default list -}}
 {{- if kindIs "string" $ns -}}{{- $ns = splitList "," $ns -}}{{- end -}}
 {{- range $ns -}}
 {{- $t := . | toString | trim -}}
 {{- if $t -}}{{- $clean = append $clean $t -}}{{- end -}}
 {{- end -}}
-{{- if not $clean -}}{{- $clean = list (include "kube-reloader.namespace" .) -}}{{- end -}}
 {{- end -}}
 {{- $clean | uniq | sortAlpha | toJson -}}
 {{- end -}}
@@ -228,8 +228,9 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- if $v.ignoreJobs }}{{ $ignored = append $ignored "jobs" }}{{ end -}}
 {{- if $v.ignoreCronJobs }}{{ $ignored = append $ignored "cronjobs" }}{{ end -}}
 {{- if $ignored }}{{ $a = append $a (printf "--ignored-workload-types=%s" (join "," $ignored)) }}{{ end -}}
-{{- with include "kube-reloader.watchNamespaces" . | fromJsonArray }}{{ $a = append $a (printf "--namespaces=%s" (join "," .)) }}{{ end -}}
-{{- with $v.ignoreNamespaces }}{{ $a = append $a (printf "--namespaces-to-ignore=%s" .) }}{{ end -}}
+{{- /* Scoped with a list: --namespaces; scoped without one: KUBERNETES_NAMESPACE (deployment.yaml). */ -}}
+{{- if and (not $v.watchGlobally) $v.namespaces }}{{ $a = append $a (printf "--namespaces=%s" (include "kube-reloader.watchNamespaces" . | fromJsonArray | join ",")) }}{{ end -}}
+{{- if and $v.watchGlobally $v.ignoreNamespaces }}{{ $a = append $a (printf "--namespaces-to-ignore=%s" $v.ignoreNamespaces) }}{{ end -}}
 {{- if and $v.watchGlobally $v.namespaceSelector }}{{ $a = append $a (printf "--namespace-selector=%s" $v.namespaceSelector) }}{{ end -}}
 {{- with $v.resourceLabelSelector }}{{ $a = append $a (printf "--resource-label-selector=%s" .) }}{{ end -}}
 {{- $flags := dict "auto" "auto-annotation" "configmap" "configmap-annotation" "secret" "secret-annotation" "configmap_auto" "configmap-auto-annotation" "secret_auto" "secret-auto-annotation" "search" "auto-search-annotation" "match" "search-match-annotation" "ignore" "ignore-annotation" "pausePeriod" "pause-deployment-annotation" "pauseTime" "pause-deployment-time-annotation" -}}
