@@ -288,4 +288,5 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
 pub mod crds;
 pub mod helm;
 pub mod objects;
+pub mod observe;
 pub mod receiver;
