@@ -7,12 +7,14 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image image-local image-test chart-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image image-local image-test chart-test observe observe-down rules-test
 
-## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl and kwok.
+## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
+## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
 toolchain:
 	@bash hack/toolchain.sh >/dev/null
 	@bash hack/helm.sh >/dev/null
+	@bash hack/observe-tools.sh >/dev/null
 
 ## Debian packages the tests use (installed when missing and running as root).
 packages:
@@ -41,6 +43,19 @@ binary:
 ## Run kube-reloader against the local control plane and show a reload happening.
 demo:
 	@bash hack/demo.sh
+
+## Control plane + kube-reloader + Prometheus scraping it + Jaeger receiving its traces, on
+## loopback; prints the URLs and a command that makes a reload. Stays up until `make observe-down`.
+observe:
+	@bash hack/observe.sh up
+observe-down:
+	@bash hack/observe.sh down
+
+## The alert rules (deployments/prometheus): promtool syntax check and unit tests (also in make test).
+rules-test: toolchain
+	@bin=$$(bash hack/observe-tools.sh --bin-dir) && \
+		$$bin/promtool check rules deployments/prometheus/kube-reloader-rules.yaml && \
+		$$bin/promtool test rules deployments/prometheus/kube-reloader-rules.test.yaml
 
 ## Every test: unit tests, then integration tests against the local control plane, then the
 ## load test's small scale (every scenario, correctness only).

@@ -6,8 +6,9 @@
 #   deployments/kubernetes/manifests/<kind>.yaml  the same objects, one per file
 #   deployments/kubernetes/kustomization.yaml     a kustomize base listing manifests/
 #
-# and copies deployments/grafana/kube-reloader-dashboard.json into the chart (Helm can only read
-# files inside the chart directory).
+# and copies deployments/grafana/kube-reloader-dashboard.json and the alert rules
+# deployments/prometheus/kube-reloader-rules.yaml into the chart (Helm can only read files inside
+# the chart directory).
 #
 # Usage: hack/helm-manifests.sh          regenerate (`make manifests`)
 #        hack/helm-manifests.sh --check  exit 1, with a diff, if the checked-in files differ
@@ -18,6 +19,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CHART=$ROOT/deployments/kubernetes/chart/kube-reloader
 OUT=$ROOT/deployments/kubernetes
 DASHBOARD=$ROOT/deployments/grafana/kube-reloader-dashboard.json
+RULES=$ROOT/deployments/prometheus/kube-reloader-rules.yaml
 RELEASE=kube-reloader
 NAMESPACE=kube-reloader
 
@@ -38,8 +40,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # Everything is generated into $work first, laid out like the repository.
-mkdir -p "$work/deployments/kubernetes/manifests" "$work/chart/dashboards"
+mkdir -p "$work/deployments/kubernetes/manifests" "$work/chart/dashboards" "$work/chart/rules"
 cp "$DASHBOARD" "$work/chart/dashboards/kube-reloader-dashboard.json"
+cp "$RULES" "$work/chart/rules/kube-reloader-rules.yaml"
 
 # Render with the chart as it will be once the dashboard copy is in place (the dashboard is only
 # rendered when grafanaDashboard.enabled, so defaults do not depend on it).
@@ -93,6 +96,7 @@ if ((check)); then
     rc=0
     diff -u "$CHART/dashboards/kube-reloader-dashboard.json" "$work/chart/dashboards/kube-reloader-dashboard.json" ||
         rc=1
+    diff -u "$CHART/rules/kube-reloader-rules.yaml" "$work/chart/rules/kube-reloader-rules.yaml" || rc=1
     diff -ru "$OUT/kube-reloader.yaml" "$work/deployments/kubernetes/kube-reloader.yaml" || rc=1
     diff -u "$OUT/kustomization.yaml" "$work/deployments/kubernetes/kustomization.yaml" || rc=1
     diff -ru "$OUT/manifests" "$work/deployments/kubernetes/manifests" || rc=1
@@ -104,8 +108,9 @@ if ((check)); then
     exit 0
 fi
 
-mkdir -p "$CHART/dashboards"
+mkdir -p "$CHART/dashboards" "$CHART/rules"
 cp "$work/chart/dashboards/kube-reloader-dashboard.json" "$CHART/dashboards/kube-reloader-dashboard.json"
+cp "$work/chart/rules/kube-reloader-rules.yaml" "$CHART/rules/kube-reloader-rules.yaml"
 cp "$work/deployments/kubernetes/kube-reloader.yaml" "$work/deployments/kubernetes/kustomization.yaml" "$OUT/"
 rm -rf "$OUT/manifests"
 cp -r "$work/deployments/kubernetes/manifests" "$OUT/manifests"

@@ -131,6 +131,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             deleted,
             affected = tracing::field::Empty,
         );
+        crate::telemetry::tracing::annotate_config(&span, key);
         if let Some(webhook) = &self.webhook {
             if !state.ignore {
                 span.in_scope(|| webhook.config_changed(key));
@@ -138,13 +139,25 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             return 0;
         }
         let hash = (!deleted).then(|| state.digest.reloader_hash());
-        let mut affected = 0;
+        // The decision over every workload using the config: how many were looked at, how many
+        // are reloaded (the others were skipped: not opted in, ignored, ...).
+        let decision = info_span!(
+            parent: &span,
+            "decide",
+            candidates = tracing::field::Empty,
+            reloads = tracing::field::Empty,
+        );
+        let (mut candidates, mut affected) = (0, 0);
         for entry in self.index.candidates(key) {
+            candidates += 1;
             if let Some(reason) = self.decide(key, state, &entry) {
                 self.enqueue(&entry, key, hash.clone(), reason, observed_at, &span);
                 affected += 1;
             }
         }
+        decision.record("candidates", candidates);
+        decision.record("reloads", affected);
+        drop(decision);
         span.record("affected", affected);
         span.in_scope(|| debug!(config = %key, affected, "config change fanned out"));
         self.observer
@@ -208,6 +221,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             coalesced_with = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
+        crate::telemetry::tracing::annotate_workload(&span, &entry.key);
         self.queue.enqueue(
             entry.key.clone(),
             QueuedChange {

@@ -766,6 +766,33 @@ fn grafana_dashboard_is_a_sidecar_configmap_with_the_repository_dashboard() {
 }
 
 #[test]
+fn prometheus_rule_is_off_by_default_and_ships_the_repository_rules() {
+    assert!(of_kind(&render(json!({})), "PrometheusRule").is_empty());
+    let objects = render(json!({"reloader": {"prometheusRule": {
+        "enabled": true, "namespace": "monitoring", "labels": {"release": "prom"}}}}));
+    let rule = one(&objects, "PrometheusRule");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    assert_eq!(rule["metadata"]["labels"]["release"], "prom");
+    // The same rules as the plain rule file (the promtool tests run against that file).
+    let file = std::fs::read_to_string(
+        repo_root().join("deployments/prometheus/kube-reloader-rules.yaml"),
+    )
+    .unwrap();
+    let as_object = format!(
+        "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: f\nspec:\n{}",
+        file.lines().map(|l| format!("  {l}\n")).collect::<String>()
+    );
+    assert_eq!(rule["spec"], yaml_to_json(&as_object)[0]["spec"]);
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert_eq!(alerts.len(), 6, "{alerts:?}");
+}
+
+#[test]
 fn monitors_pdb_netpol_vpa_service_and_images_follow_reloaders_values() {
     let objects = render(everything_on());
     for kind in [
@@ -1012,7 +1039,8 @@ fn everything_on() -> Value {
             "sharding": {"enabled": "auto"},
             "rateLimit": {"maxPatchesPerSecond": 20, "patchBurst": 40, "minReloadInterval": "30s"},
             "openTelemetry": {"endpoint": "http://otel:4318"},
-            "grafanaDashboard": {"enabled": true}
+            "grafanaDashboard": {"enabled": true},
+            "prometheusRule": {"enabled": true, "labels": {"release": "prom"}}
         }
     })
 }
@@ -1089,7 +1117,12 @@ async fn dry_run(name: &str, values: Value, extra_namespaces: &[&TestNamespace])
         values["reloader"]["namespaces"] = json!(list);
     }
     // Every namespace the objects go to must exist (the monitors' and the dashboard's too).
-    for key in ["podMonitor", "serviceMonitor", "grafanaDashboard"] {
+    for key in [
+        "podMonitor",
+        "serviceMonitor",
+        "grafanaDashboard",
+        "prometheusRule",
+    ] {
         if values["reloader"][key]["namespace"].is_string() {
             values["reloader"][key]["namespace"] = json!(release_ns.name);
         }
@@ -1132,6 +1165,7 @@ async fn the_api_server_accepts_every_rendered_object_in_each_mode() {
         &[
             "servicemonitors.monitoring.coreos.com",
             "podmonitors.monitoring.coreos.com",
+            "prometheusrules.monitoring.coreos.com",
             "verticalpodautoscalers.autoscaling.k8s.io",
         ],
     )

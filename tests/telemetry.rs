@@ -374,8 +374,13 @@ async fn json_logs_carry_one_structured_line_per_reload() {
     .await;
     assert_eq!(line["workload"], format!("Deployment/{}/web", ns.name));
     assert_eq!(line["config"], format!("configmap/{}/app-config", ns.name));
-    assert_eq!(line["span"]["name"], "reload");
-    assert_eq!(line["span"]["decision"], "auto");
+    // Logged from the write attempt's span, inside the workload's reload span.
+    assert_eq!(line["span"]["name"], "write");
+    let reload = line["spans"]
+        .as_array()
+        .and_then(|spans| spans.iter().find(|s| s["name"] == "reload"))
+        .unwrap_or_else(|| panic!("no reload span in {line}"));
+    assert_eq!(reload["decision"], "auto");
     assert!(
         controller
             .logs()

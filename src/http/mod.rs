@@ -25,6 +25,8 @@ pub struct AdminState {
 }
 
 async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
+    s.metrics
+        .set_state((s.ready)(), s.ownership.selected_count());
     let body = s.metrics.render(&s.index, s.ownership.owned_count());
     (
         [(

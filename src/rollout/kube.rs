@@ -18,7 +18,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info, info_span};
 
 use crate::config::{AnnotationKeys, Settings};
 use crate::index::ReverseIndex;
@@ -429,7 +429,14 @@ impl WorkloadWriter for Arc<KubeWriter> {
         changes: &[QueuedChange],
         turn: &WriteTurn<'_>,
     ) -> Result<WriteOutcome, WriteError> {
-        let result = self.write_once(key, changes, turn).await;
+        // One span per attempt under the change's `reload` span: retries and failures show in
+        // the trace even while the write is still backing off.
+        let span = info_span!("write");
+        let result = self
+            .write_once(key, changes, turn)
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::tracing::record_write(&span, &result);
         // Only a permanent error ends the queue's retries: that is the failure to report.
         if let Err(WriteError::Permanent(error)) = &result {
             self.events

@@ -306,6 +306,12 @@ impl Ownership {
             .unwrap_or_default()
     }
 
+    /// Selected namespaces (ignored ones left out), when that is a known set.
+    pub fn selected_count(&self) -> Option<usize> {
+        let selected = self.selected.as_ref()?;
+        Some(selected.iter().filter(|ns| self.selects(ns)).count())
+    }
+
     /// Namespaces this replica acts on, when that is a known set.
     pub fn owned_count(&self) -> Option<usize> {
         let selected = self.selected.as_ref()?;
@@ -316,6 +322,17 @@ impl Ownership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selected_count_leaves_ignored_namespaces_out() {
+        assert_eq!(Ownership::new(Vec::new(), false).selected_count(), None);
+        let o = Ownership::new(["kube-system".to_string()], true);
+        for ns in ["a", "b", "kube-system"] {
+            o.select(ns);
+        }
+        assert_eq!(o.selected_count(), Some(2));
+        assert_eq!(o.owned_count(), Some(2));
+    }
 
     #[test]
     fn ignore_and_selector() {

@@ -106,6 +106,8 @@ pub struct Metrics {
     index_workloads: Gauge,
     index_edges: Gauge,
     owned_namespaces: Gauge,
+    selected_namespaces: Gauge,
+    ready: Gauge,
     api_requests: Family<ApiRequestLabels, Counter>,
     reconcile_total: Family<ResultLabel, Counter>,
     reconcile_duration: Family<ResultLabel, Histogram>,
@@ -137,6 +139,8 @@ impl Metrics {
             index_workloads: Gauge::default(),
             index_edges: Gauge::default(),
             owned_namespaces: Gauge::default(),
+            selected_namespaces: Gauge::default(),
+            ready: Gauge::default(),
             api_requests: Family::default(),
             reconcile_total: Family::default(),
             reconcile_duration: Family::new_with_constructor(|| {
@@ -296,11 +300,30 @@ impl Metrics {
             m.owned_namespaces.clone(),
         );
         own.register(
+            "selected_namespaces",
+            "Namespaces selected (namespace selector, ignore list) whatever the shard assignment; \
+             with sharding the replicas' owned_namespaces add up to at least this.",
+            m.selected_namespaces.clone(),
+        );
+        own.register(
+            "ready",
+            "1 once the caches are synced and the controller acts (what /ready answers), else 0.",
+            m.ready.clone(),
+        );
+        own.register(
             "api_requests",
             "Requests sent to the Kubernetes API server, by verb, resource and status code (0: no response).",
             m.api_requests.clone(),
         );
         Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Sets the gauges read from the controller's state at scrape time.
+    pub fn set_state(&self, ready: bool, selected_namespaces: Option<usize>) {
+        self.ready.set(i64::from(ready));
+        if let Some(n) = selected_namespaces {
+            self.selected_namespaces.set(n as i64);
+        }
     }
 
     /// Refreshes gauges derived from the index, then renders the text exposition.
@@ -485,6 +508,14 @@ mod tests {
         assert!(text.contains("kube_reloader_index_workloads 0"));
         assert!(
             text.contains("reloader_reconcile_total{result=\"queued\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("kube_reloader_ready 0"), "{text}");
+        m.set_state(true, Some(3));
+        let text = m.render(&ReverseIndex::new(), None);
+        assert!(text.contains("kube_reloader_ready 1"), "{text}");
+        assert!(
+            text.contains("kube_reloader_selected_namespaces 3"),
             "{text}"
         );
     }

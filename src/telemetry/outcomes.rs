@@ -32,6 +32,7 @@ impl QueueObserver for Arc<Outcomes> {
         attempts: u32,
     ) {
         self.metrics.finished(key, changes, result, attempts);
+        super::tracing::record_finished(changes, result);
         match result {
             Ok(WriteOutcome::Reloaded) => {
                 if let Some(alerter) = &self.alerter {

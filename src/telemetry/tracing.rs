@@ -2,11 +2,21 @@
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_SERVICE_NAME`,
 //! `OTEL_TRACES_SAMPLER[_ARG]`, headers, timeout). Off when no endpoint is set: then no OTel layer
 //! is installed and spans cost what a disabled `tracing` span costs.
+//!
+//! One trace per config change: `config_change` (the event) -> `decide` (the fan-out) and one
+//! `reload` per workload (queued to written) -> one `write` per attempt. Spans carry
+//! OpenTelemetry's Kubernetes semantic-convention attributes (`k8s.namespace.name`,
+//! `k8s.deployment.name`, ...) next to the config's kind and name, never a value.
 
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{Status, TraceContextExt, TracerProvider as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
+use crate::rollout::{QueuedChange, WriteError, WriteOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TracingError {
@@ -45,7 +55,12 @@ pub fn provider() -> Result<Option<SdkTracerProvider>, TracingError> {
     let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "kube-reloader".into());
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(Resource::builder().with_service_name(service).build())
+        .with_resource(
+            Resource::builder()
+                .with_service_name(service)
+                .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+                .build(),
+        )
         .build();
     Ok(Some(provider))
 }
@@ -66,4 +81,93 @@ pub fn current_trace_id() -> Option<String> {
     span_context
         .is_valid()
         .then(|| span_context.trace_id().to_string())
+}
+
+/// The semantic-convention attribute naming a workload of `kind`, where OpenTelemetry has one.
+pub fn workload_name_key(kind: WorkloadKind) -> Option<&'static str> {
+    match kind {
+        WorkloadKind::Deployment => Some("k8s.deployment.name"),
+        WorkloadKind::StatefulSet => Some("k8s.statefulset.name"),
+        WorkloadKind::DaemonSet => Some("k8s.daemonset.name"),
+        WorkloadKind::CronJob => Some("k8s.cronjob.name"),
+        WorkloadKind::Job => Some("k8s.job.name"),
+        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => None,
+    }
+}
+
+/// Semantic-convention attributes of a config event's span.
+pub fn annotate_config(span: &Span, config: &ConfigKey) {
+    span.set_attribute("k8s.namespace.name", config.namespace.to_string());
+}
+
+/// Semantic-convention attributes of a workload's `reload` span.
+pub fn annotate_workload(span: &Span, workload: &WorkloadKey) {
+    span.set_attribute("k8s.namespace.name", workload.namespace.to_string());
+    if let Some(key) = workload_name_key(workload.kind) {
+        span.set_attribute(key, workload.name.to_string());
+    }
+}
+
+/// Marks a `write` attempt's span with how it ended; a failed attempt is an error span.
+pub fn record_write(span: &Span, result: &Result<WriteOutcome, WriteError>) {
+    match result {
+        Ok(outcome) => span.set_attribute("result", outcome_label(outcome)),
+        Err(error) => {
+            span.set_attribute("error.type", error.metric_label());
+            span.set_status(Status::error(error.to_string()));
+        }
+    }
+}
+
+/// After a write: changes that rode on the first change's write are marked `coalesced` and
+/// linked to the span that wrote them; a failed write is an error in every change's trace.
+pub fn record_finished(changes: &[QueuedChange], result: &Result<WriteOutcome, WriteError>) {
+    let Some((first, riders)) = changes.split_first() else {
+        return;
+    };
+    let written_by = first.span.context().span().span_context().clone();
+    first.span.set_attribute("coalesced", false);
+    for change in riders {
+        change.span.set_attribute("coalesced", true);
+        change.span.add_link(written_by.clone());
+    }
+    if let Err(error) = result {
+        for change in changes {
+            change
+                .span
+                .set_attribute("error.type", error.metric_label());
+            change.span.set_status(Status::error(error.to_string()));
+        }
+    }
+}
+
+fn outcome_label(outcome: &WriteOutcome) -> &'static str {
+    match outcome {
+        WriteOutcome::Reloaded => "reloaded",
+        WriteOutcome::UpToDate => "up_to_date",
+        WriteOutcome::Dropped(_) => "dropped",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn semantic_convention_names_for_the_kinds_that_have_one() {
+        assert_eq!(
+            workload_name_key(WorkloadKind::Deployment),
+            Some("k8s.deployment.name")
+        );
+        assert_eq!(
+            workload_name_key(WorkloadKind::CronJob),
+            Some("k8s.cronjob.name")
+        );
+        assert_eq!(workload_name_key(WorkloadKind::Rollout), None);
+        let named = WorkloadKind::ALL
+            .iter()
+            .filter(|k| workload_name_key(**k).is_some())
+            .count();
+        assert_eq!(named, 5);
+    }
 }

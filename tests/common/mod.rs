@@ -289,4 +289,5 @@ pub mod crds;
 pub mod fault_proxy;
 pub mod helm;
 pub mod objects;
+pub mod observe;
 pub mod receiver;
