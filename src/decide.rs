@@ -128,6 +128,29 @@ pub enum NoReason {
 }
 
 impl NoReason {
+    /// Every reason, in the order the rules are applied (docs and their test).
+    pub const ALL: [NoReason; 17] = [
+        NoReason::NamespaceIgnored,
+        NoReason::NamespaceNotWatched,
+        NoReason::NamespaceNotSelected,
+        NoReason::WorkloadKindNotWatched,
+        NoReason::ConfigTypeNotWatched,
+        NoReason::ConfigNotSelected,
+        NoReason::WebhookMode,
+        NoReason::IgnoredWorkloadType,
+        NoReason::ConfigIgnored,
+        NoReason::Excluded,
+        NoReason::SearchWithoutMatch,
+        NoReason::AutoFalse,
+        NoReason::TypedAutoFalse,
+        NoReason::TypedAutoOfAnotherType {
+            on: ConfigKind::Secret,
+        },
+        NoReason::NotInReloadList,
+        NoReason::NotReferenced,
+        NoReason::NotOptedIn,
+    ];
+
     /// The coarse reason the controller reports (metric label `reason` of skipped decisions).
     pub fn skip_reason(self) -> SkipReason {
         match self {
@@ -595,7 +618,8 @@ mod tests {
             ..cm("c")
         };
         let auto = [("reloader.stakater.com/auto", "true")];
-        let cases: Vec<(ConfigFacts<'_>, Vec<(&str, &str)>, bool, NoReason)> = vec![
+        type Case<'a> = (ConfigFacts<'a>, Vec<(&'a str, &'a str)>, bool, NoReason);
+        let cases: Vec<Case<'_>> = vec![
             (ignored, auto.to_vec(), true, ConfigIgnored),
             (
                 cm("c"),

@@ -166,14 +166,14 @@ pub async fn selected_namespaces(
     Ok(names.map(|set| set.into_iter().map(|(_, n)| n).collect()))
 }
 
-async fn add_configs<K: ConfigSource>(
+async fn add_configs<K>(
     client: &Client,
     settings: &Settings,
     namespace: Option<&str>,
     out: &mut BTreeMap<String, NamespaceFacts>,
 ) -> Result<(), GatherError>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     K::DynamicType: Default,
 {
     let api: Api<K> = match namespace {

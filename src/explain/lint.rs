@@ -8,6 +8,23 @@ use crate::policy::{AnnotationRead, NamePattern, PolicyProblem, Toggle, type_ind
 use super::report::{Explanation, NamespaceFacts};
 use super::{Lint, Severity};
 
+/// Every check, as named in findings and in docs/troubleshooting.md.
+pub const CHECKS: [&str; 13] = [
+    "missing-config",
+    "list-matches-nothing",
+    "invalid-regex",
+    "invalid-pause-period",
+    "invalid-rollout-strategy",
+    "invalid-bool",
+    "search-not-true",
+    "annotation-not-read",
+    "exclude-conflict",
+    "nothing-to-act-on",
+    "typed-auto-without-config",
+    "search-without-match",
+    "config-type-ignored",
+];
+
 struct Findings<'a> {
     entry: &'a WorkloadEntry,
     out: Vec<Lint>,
@@ -15,6 +32,7 @@ struct Findings<'a> {
 
 impl Findings<'_> {
     fn push(&mut self, severity: Severity, check: &'static str, message: String) {
+        debug_assert!(CHECKS.contains(&check), "undocumented check {check}");
         self.out.push(Lint {
             severity,
             check,

@@ -52,3 +52,20 @@ pub struct LastReload {
     /// `Reloaded` / `ReloadFail` Events, oldest first (the API server keeps them ~1 h).
     pub events: Vec<EventLine>,
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::decide::NoReason;
+
+    const DOC: &str = include_str!("../../docs/troubleshooting.md");
+
+    #[test]
+    fn the_troubleshooting_guide_names_every_reason_and_check() {
+        let mut ids: Vec<&str> = NoReason::ALL.iter().map(|r| r.as_str()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), NoReason::ALL.len(), "distinct ids");
+        for id in ids.iter().chain(super::lint::CHECKS.iter()) {
+            assert!(DOC.contains(&format!("| `{id}` |")), "docs/troubleshooting.md lacks {id}");
+        }
+    }
+}

@@ -317,7 +317,7 @@ pub fn config_report(
     };
     let explicit = matches!(verdict, Verdict::Reload(ReloadReason::ExplicitList));
     let container = (reload && ctx.settings.strategy == ReloadStrategy::EnvVars)
-        .then(|| ctx.spec)
+        .then_some(ctx.spec)
         .flatten()
         .and_then(|spec| {
             let choice = choose_container(spec, kind, name, explicit)?;
