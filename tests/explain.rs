@@ -473,8 +473,12 @@ async fn debug_explain_matches_the_cli(
             controller.metrics_port
         )
     };
+    let get_for = |namespace: &str, name: &str, config: &str| {
+        format!("{}&config=configmap/{config}", get(namespace, name))
+    };
     for case in CASES.iter().filter(|c| c.config != "c-unlabelled") {
-        let (code, body) = http_get(&get(&ns.name, case.workload)).await.unwrap();
+        let url = get_for(&ns.name, case.workload, case.config);
+        let (code, body) = http_get(&url).await.unwrap();
         assert_eq!(code, 200, "{body}");
         let live: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(live["indexed"], true, "{body}");

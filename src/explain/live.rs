@@ -129,7 +129,14 @@ impl LiveExplainer {
         facts
     }
 
-    pub fn answer(&self, kind: WorkloadKind, namespace: &str, name: &str) -> LiveAnswer {
+    /// The answer for one workload; `only`: for that config alone (listed or not).
+    pub fn answer(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        only: Option<(ConfigKind, &str)>,
+    ) -> LiveAnswer {
         let key = WorkloadKey::new(kind, namespace, name);
         let entry = self.index.workload(&key);
         let ns = self.namespace_facts(namespace);
@@ -141,7 +148,7 @@ impl LiveExplainer {
                 spec: None,
                 recorded: &no_recorded,
             };
-            explain(&ctx, entry, Vec::new(), None)
+            explain(&ctx, entry, Vec::new(), only)
         });
         LiveAnswer {
             indexed: entry.is_some(),

@@ -65,7 +65,10 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), NoReason::ALL.len(), "distinct ids");
         for id in ids.iter().chain(super::lint::CHECKS.iter()) {
-            assert!(DOC.contains(&format!("| `{id}` |")), "docs/troubleshooting.md lacks {id}");
+            assert!(
+                DOC.contains(&format!("| `{id}` |")),
+                "docs/troubleshooting.md lacks {id}"
+            );
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes),
-//! `/debug/explain?kind=&namespace=&name=` (JSON verdicts from the live index); CPU profiles on
+//! `/debug/explain?kind=&namespace=&name=[&config=]` (JSON verdicts from the live index); CPU profiles on
 //! their own address when enabled.
 
 pub mod pprof;
@@ -54,6 +54,8 @@ struct ExplainQuery {
     kind: String,
     namespace: String,
     name: String,
+    /// `configmap/app`: the verdict for this config alone (as `explain --for`).
+    config: Option<String>,
 }
 
 async fn debug_explain(
@@ -74,7 +76,13 @@ async fn debug_explain(
             format!("unknown workload kind '{}'", q.kind),
         );
     };
-    let answer = explainer.answer(kind, &q.namespace, &q.name);
+    let only = match q.config.as_deref().map(crate::explain::cli::parse_config) {
+        None => None,
+        Some(Ok(only)) => Some(only),
+        Some(Err(e)) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let only = only.as_ref().map(|(k, n)| (*k, n.as_str()));
+    let answer = explainer.answer(kind, &q.namespace, &q.name, only);
     let body = serde_json::to_string_pretty(&answer).unwrap_or_default();
     (StatusCode::OK, json(), body)
 }
