@@ -172,3 +172,74 @@ where
         (false, false) => QueueState::Idle,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AnnotationKeys, Flags};
+    use crate::digest::{ConfigPayload, digest_payload};
+    use crate::index::{ConfigState, workload_entry};
+    use crate::model::ConfigKey;
+    use clap::Parser;
+    use serde_json::json;
+
+    fn explainer(queue: QueueState) -> LiveExplainer {
+        let index = Arc::new(ReverseIndex::new());
+        let obj = json!({
+            "metadata": {"name": "web", "namespace": "ns",
+                         "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "app", "envFrom": [{"configMapRef": {"name": "cfg"}}]}
+            ]}}}
+        });
+        index.apply_workload(
+            workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap(),
+        );
+        let digest = digest_payload(ConfigPayload::ConfigMap {
+            data: [("k".to_string(), "v".to_string())].into(),
+            binary_data: Default::default(),
+        });
+        index.apply_config(
+            ConfigKey::new(ConfigKind::ConfigMap, "ns", "cfg"),
+            ConfigState {
+                digest,
+                ignore: true,
+                matched: false,
+                resource_version: 1,
+            },
+        );
+        let flags = Flags::try_parse_from(["kube-reloader", "--namespaces-to-ignore=other"]);
+        LiveExplainer {
+            index,
+            ownership: Arc::new(Ownership::new(["other".to_string()], false)),
+            settings: Arc::new(Settings::try_from(flags.unwrap()).unwrap()),
+            queue: Box::new(move |_: &WorkloadKey| queue.clone()),
+        }
+    }
+
+    #[test]
+    fn answers_from_the_index_with_shard_and_queue_state() {
+        let live = explainer(QueueState::Pending);
+        let a = live.answer(WorkloadKind::Deployment, "ns", "web", None);
+        assert!(a.indexed && a.shard.owned_here && a.shard.selected);
+        assert_eq!(a.shard.owner, None, "unsharded");
+        assert_eq!(a.queue, QueueState::Pending);
+        let e = a.explanation.unwrap();
+        assert_eq!(e.configs.len(), 1);
+        assert_eq!(
+            (e.configs[0].reload, e.configs[0].reason),
+            (false, "config_ignored")
+        );
+        assert_eq!(
+            e.configs[0].hash_state,
+            super::super::report::HashState::NeverReloaded
+        );
+        let a = live.answer(WorkloadKind::Deployment, "other", "web", None);
+        assert!(!a.indexed && !a.shard.selected && a.explanation.is_none());
+        assert_eq!(
+            parse_workload_kind("statefulsets"),
+            Some(WorkloadKind::StatefulSet)
+        );
+        assert_eq!(parse_workload_kind("Pod"), None);
+    }
+}
