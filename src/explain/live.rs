@@ -66,6 +66,8 @@ pub struct LiveAnswer {
     pub indexed: bool,
     pub shard: ShardReport,
     pub queue: QueueState,
+    /// A Deployment paused by kube-reloader (pause period): when it is resumed (RFC 3339).
+    pub paused_until: Option<String>,
     /// The verdicts, when indexed (no container names or annotation sources: the index keeps
     /// neither the pod spec nor the raw annotations; `kube-reloader explain` shows them).
     pub explanation: Option<Explanation>,
@@ -150,8 +152,14 @@ impl LiveExplainer {
             };
             explain(&ctx, entry, Vec::new(), only)
         });
+        let paused_until = entry.as_ref().and_then(|e| {
+            let period = i64::try_from(e.policy.pause_period?.as_secs()).ok()?;
+            let until = jiff::Timestamp::from_second(e.paused_at?.checked_add(period)?).ok()?;
+            Some(until.to_string())
+        });
         LiveAnswer {
             indexed: entry.is_some(),
+            paused_until,
             shard: self.shard(namespace),
             queue: self.queue.queue_state(&key),
             explanation,
