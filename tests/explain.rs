@@ -705,3 +705,109 @@ async fn works_as_a_kubectl_plugin() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("explain"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The scope reasons a `--namespaces` controller gives: a namespace it does not list, and a
+/// workload kind it does not watch (Argo Rollouts without `--is-Argo-Rollouts`). The flags are
+/// given to explain directly, as a user would.
+#[tokio::test]
+async fn scope_verdicts_of_a_namespaced_controller() {
+    let ns = TestNamespace::new("explain-scope").await;
+    let other = TestNamespace::new("explain-scope-b").await;
+    let c = &ns.client;
+    common::crds::ensure(c, &[common::crds::ARGO_ROLLOUTS]).await;
+    for name in ["c-canary", "c-ro"] {
+        create(c, &ns.name, configmap(name, json!({"k": "v1"}))).await;
+    }
+    create(c, &other.name, configmap("c-auto", json!({"k": "v1"}))).await;
+    create(
+        c,
+        &ns.name,
+        auto_deployment("canary", json!({}), env_from_configs(&["c-canary"], &[])),
+    )
+    .await;
+    let mut rollout = auto_deployment("ro", json!({}), env_from_configs(&["c-ro"], &[]));
+    rollout["apiVersion"] = json!("argoproj.io/v1alpha1");
+    rollout["kind"] = json!("Rollout");
+    create(c, &ns.name, rollout).await;
+    create(
+        c,
+        &other.name,
+        auto_deployment("web", json!({}), env_from_configs(&["c-auto"], &[])),
+    )
+    .await;
+    let scope = format!("--namespaces={}", ns.name);
+    let cases = [
+        (
+            "deployment/canary",
+            &ns.name,
+            "configmap/c-canary",
+            true,
+            "auto",
+        ),
+        (
+            "rollout/ro",
+            &ns.name,
+            "configmap/c-ro",
+            false,
+            "workload_kind_not_watched",
+        ),
+        (
+            "deployment/web",
+            &other.name,
+            "configmap/c-auto",
+            false,
+            "namespace_not_watched",
+        ),
+    ];
+    for (target, namespace, config, reload, reason) in cases {
+        let e = explain_json(&[target, "-n", namespace, "--for", config, &scope]);
+        let name = config.split_once('/').unwrap().1;
+        assert_eq!(
+            verdict_of(&e, name),
+            (reload, reason.to_string()),
+            "{target}"
+        );
+    }
+    // --webhook-url: changes call the webhook instead (its behaviour: tests/reload_filters.rs).
+    let e = explain_json(&[
+        "deployment/canary",
+        "-n",
+        &ns.name,
+        "--for",
+        "configmap/c-canary",
+        &scope,
+        "--webhook-url=http://127.0.0.1:1/hook",
+    ]);
+    assert_eq!(
+        verdict_of(&e, "c-canary"),
+        (false, "webhook_mode".to_string())
+    );
+
+    let _controller = Controller::start(&[&scope]).await;
+    set_configmap_data(c, &ns.name, "c-ro", json!({"k": "v2"})).await;
+    set_configmap_data(c, &other.name, "c-auto", json!({"k": "v2"})).await;
+    set_configmap_data(c, &ns.name, "c-canary", json!({"k": "v2"})).await;
+    let v2 = configmap_hash(&[("k", "v2")]);
+    wait_for_env_state(
+        c,
+        &ns.name,
+        "canary",
+        "STAKATER_C_CANARY_CONFIGMAP",
+        Some(&v2),
+        20,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ro = get(c, &ns.name, "argoproj.io/v1alpha1", "Rollout", "ro")
+        .await
+        .unwrap();
+    assert_eq!(
+        env_value(&ro, "/spec/template", "STAKATER_C_RO_CONFIGMAP"),
+        None
+    );
+    assert!(
+        deployment_reload_vars(c, &other.name, "web")
+            .await
+            .is_empty()
+    );
+}
