@@ -62,6 +62,17 @@ pub fn lint_workload(
     annotation_findings(&mut f, annotations);
     list_findings(&mut f, ns);
     verdict_findings(&mut f, explanation, ns);
+    // Only when nothing more precise says why.
+    if f.out.is_empty() && !entry.policy.is_inert() && !explanation.configs.iter().any(|c| c.reload)
+    {
+        f.push(
+            Severity::Warning,
+            "nothing-to-act-on",
+            "the reload annotations apply to no config this workload uses or names: no change \
+             can reload it"
+                .into(),
+        );
+    }
     f.out
 }
 
@@ -158,15 +169,6 @@ fn list_findings(f: &mut Findings<'_>, ns: &NamespaceFacts) {
 
 fn verdict_findings(f: &mut Findings<'_>, e: &Explanation, ns: &NamespaceFacts) {
     let policy = f.entry.policy.clone();
-    if !policy.is_inert() && !e.configs.iter().any(|c| c.reload) {
-        f.push(
-            Severity::Warning,
-            "nothing-to-act-on",
-            "the reload annotations apply to no config this workload uses or names: no change \
-             can reload it"
-                .into(),
-        );
-    }
     for kind in ConfigKind::ALL {
         let t = policy.for_type(kind);
         let of_kind = || {
