@@ -605,6 +605,53 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
             json!(findings)
         );
     }
+    // Where each annotation is read from: the metadata's reload list hides the template's
+    // annotations for ConfigMaps only; an exclude list on the template is never read.
+    let shadowed = with_template_annotations(
+        deployment(
+            "shadowed",
+            json!({"configmap.reloader.stakater.com/reload": "cfg-.*,bad["}),
+            pod_spec(env_from_configs(&["cfg"], &["db"]), json!([])),
+        ),
+        json!({"reloader.stakater.com/auto": "yes",
+               "configmaps.exclude.reloader.stakater.com/reload": "cfg"}),
+    );
+    create(c, &ns.name, shadowed).await;
+    let e = explain_json(&["deployment/shadowed", "-n", &ns.name]);
+    let reads = e["annotations"].as_array().unwrap();
+    let read = |key: &str, read: bool| {
+        reads
+            .iter()
+            .find(|a| a["key"] == key && a["read"] == read)
+            .unwrap_or_else(|| panic!("{key} read={read}: {e:#}"))
+    };
+    let auto = read("reloader.stakater.com/auto", true);
+    assert_eq!(auto["source"], "podTemplate");
+    assert_eq!(auto["kinds"], json!(["secret", "secretproviderclass"]));
+    assert!(auto["problem"].as_str().unwrap().contains("not a boolean"));
+    assert_eq!(
+        read("reloader.stakater.com/auto", false)["kinds"],
+        json!(["configmap"])
+    );
+    assert!(
+        read("configmap.reloader.stakater.com/reload", true)["problem"]
+            .as_str()
+            .unwrap()
+            .contains("bad[")
+    );
+    assert_eq!(
+        read("configmaps.exclude.reloader.stakater.com/reload", false)["source"],
+        "podTemplate"
+    );
+    // auto "yes" reads as false for secrets; configmaps only follow the list, which misses cfg.
+    assert_eq!(verdict_of(&e, "db"), (false, "auto_false".to_string()));
+    assert_eq!(
+        verdict_of(&e, "cfg"),
+        (false, "not_in_reload_list".to_string())
+    );
+    let text = kube_reloader(&["explain", "deployment/shadowed", "-n", &ns.name]);
+    std::fs::write(docs_dir().join("explain-shadowed.txt"), &text.stdout).unwrap();
+
     let text = kube_reloader(&["lint", "-n", &ns.name, "--resources-to-ignore=secrets"]);
     assert_eq!(text.code, 1);
     std::fs::write(docs_dir().join("lint.txt"), &text.stdout).unwrap();
