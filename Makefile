@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary demo test loadtest-small lint loadtest manifests image image-local image-test chart-test observe observe-down rules-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest manifests image image-local image-test chart-test observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -39,6 +39,17 @@ kubeconfig:
 binary:
 	@cargo build --release --locked --bin kube-reloader >&2
 	@echo $(CARGO_TARGET_DIR)/release/kube-reloader
+
+## Link kube-reloader as the kubectl plugin `kubectl-reloader` in PLUGIN_DIR (put it on your PATH),
+## so `kubectl reloader explain deployment/web` works; prints the link's path (last line).
+## BIN=path links that binary instead of building a release one (tests/explain.rs does).
+PLUGIN_DIR ?= $(HOME)/.local/bin
+BIN ?=
+kubectl-plugin:
+	@[ -n "$(BIN)" ] || cargo build --release --locked --bin kube-reloader >&2
+	@mkdir -p $(PLUGIN_DIR)
+	@ln -sf $(or $(BIN),$(CARGO_TARGET_DIR)/release/kube-reloader) $(PLUGIN_DIR)/kubectl-reloader
+	@echo $(PLUGIN_DIR)/kubectl-reloader
 
 ## Run kube-reloader against the local control plane and show a reload happening.
 demo:

@@ -200,11 +200,20 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     );
 
     let ready_probe = watches.clone();
+    let explain = crate::explain::live::LiveExplainer {
+        index: index.clone(),
+        ownership: ownership.clone(),
+        settings: settings.clone(),
+        queue: Box::new(crate::explain::live::queue_inspector(
+            engine.queue().clone(),
+        )),
+    };
     let admin = Arc::new(AdminState {
         metrics,
         index,
         ownership,
         ready: Box::new(move || ready_probe.is_ready()),
+        explain: Some(explain),
     });
     let mut admin_server = tokio::spawn(crate::http::serve(metrics_addr, admin));
     if let Some(addr) = pprof_addr {

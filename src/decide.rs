@@ -84,20 +84,196 @@ impl ReloadDecision {
     }
 }
 
-pub fn decide(
+/// The first rule that says no, in the words of the compatibility spec's decision order. The
+/// controller counts them by their coarse [`SkipReason`]; explain and lint show them whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "reason")]
+pub enum NoReason {
+    // ---- what the controller watches (the watches and the namespace filter) ----
+    /// The namespace is in `--namespaces-to-ignore`.
+    NamespaceIgnored,
+    /// `--namespaces` (or `KUBERNETES_NAMESPACE`) does not list the namespace.
+    NamespaceNotWatched,
+    /// `--namespace-selector` does not select the namespace.
+    NamespaceNotSelected,
+    /// Argo Rollouts without `--is-Argo-Rollouts`, DeploymentConfigs without OpenShift.
+    WorkloadKindNotWatched,
+    /// `--resources-to-ignore`, or a SecretProviderClass without `--enable-csi-integration`.
+    ConfigTypeNotWatched,
+    /// `--resource-label-selector` does not match the config's labels.
+    ConfigNotSelected,
+    /// `--webhook-url`: config changes call the webhook instead of rolling workloads.
+    WebhookMode,
+    // ---- the decision table, in order ----
+    /// 1. `--ignored-workload-types`.
+    IgnoredWorkloadType,
+    /// 2. `reloader.stakater.com/ignore: "true"` on the config.
+    ConfigIgnored,
+    /// 3. Named in the workload's exclude list for its type.
+    Excluded,
+    /// 5. `search` is on, but the config has no `match: "true"`.
+    SearchWithoutMatch,
+    /// 6. `auto: "false"` (or a value that is not a boolean) opts the workload out.
+    AutoFalse,
+    /// 6. The typed auto of the config's type is `"false"` (or not a boolean).
+    TypedAutoFalse,
+    /// 6. A typed auto is on, for another type only.
+    TypedAutoOfAnotherType { on: ConfigKind },
+    /// 4. The workload has a reload list for this type that does not name the config.
+    NotInReloadList,
+    /// 5./6. Opted in by `search`/`auto`, but the pod template does not use the config.
+    NotReferenced,
+    /// 7. No annotation asks for this config, and `--auto-reload-all` is off.
+    NotOptedIn,
+}
+
+impl NoReason {
+    /// Every reason, in the order the rules are applied (docs and their test).
+    pub const ALL: [NoReason; 17] = [
+        NoReason::NamespaceIgnored,
+        NoReason::NamespaceNotWatched,
+        NoReason::NamespaceNotSelected,
+        NoReason::WorkloadKindNotWatched,
+        NoReason::ConfigTypeNotWatched,
+        NoReason::ConfigNotSelected,
+        NoReason::WebhookMode,
+        NoReason::IgnoredWorkloadType,
+        NoReason::ConfigIgnored,
+        NoReason::Excluded,
+        NoReason::SearchWithoutMatch,
+        NoReason::AutoFalse,
+        NoReason::TypedAutoFalse,
+        NoReason::TypedAutoOfAnotherType {
+            on: ConfigKind::Secret,
+        },
+        NoReason::NotInReloadList,
+        NoReason::NotReferenced,
+        NoReason::NotOptedIn,
+    ];
+
+    /// The coarse reason the controller reports (metric label `reason` of skipped decisions).
+    pub fn skip_reason(self) -> SkipReason {
+        match self {
+            NoReason::IgnoredWorkloadType | NoReason::WorkloadKindNotWatched => {
+                SkipReason::IgnoredWorkloadType
+            }
+            NoReason::ConfigIgnored => SkipReason::ConfigIgnored,
+            NoReason::Excluded => SkipReason::Excluded,
+            NoReason::NotReferenced => SkipReason::NotReferenced,
+            _ => SkipReason::NotOptedIn,
+        }
+    }
+
+    /// Stable identifier (JSON, tests).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoReason::NamespaceIgnored => "namespace_ignored",
+            NoReason::NamespaceNotWatched => "namespace_not_watched",
+            NoReason::NamespaceNotSelected => "namespace_not_selected",
+            NoReason::WorkloadKindNotWatched => "workload_kind_not_watched",
+            NoReason::ConfigTypeNotWatched => "config_type_not_watched",
+            NoReason::ConfigNotSelected => "config_not_selected",
+            NoReason::WebhookMode => "webhook_mode",
+            NoReason::IgnoredWorkloadType => "ignored_workload_type",
+            NoReason::ConfigIgnored => "config_ignored",
+            NoReason::Excluded => "excluded",
+            NoReason::SearchWithoutMatch => "search_without_match",
+            NoReason::AutoFalse => "auto_false",
+            NoReason::TypedAutoFalse => "typed_auto_false",
+            NoReason::TypedAutoOfAnotherType { .. } => "typed_auto_of_another_type",
+            NoReason::NotInReloadList => "not_in_reload_list",
+            NoReason::NotReferenced => "not_referenced",
+            NoReason::NotOptedIn => "not_opted_in",
+        }
+    }
+
+    /// One sentence for people, naming the annotation or flag that decides.
+    pub fn explain(self, config: ConfigKind, keys: &crate::config::AnnotationKeys) -> String {
+        let typed_auto = |k: ConfigKind| match k {
+            ConfigKind::ConfigMap => keys.configmap_auto.clone(),
+            ConfigKind::Secret => keys.secret_auto.clone(),
+            ConfigKind::SecretProviderClass => keys.spc_auto.clone(),
+        };
+        match self {
+            NoReason::NamespaceIgnored => "the namespace is in --namespaces-to-ignore".into(),
+            NoReason::NamespaceNotWatched => {
+                "the namespace is not in --namespaces (or KUBERNETES_NAMESPACE)".into()
+            }
+            NoReason::NamespaceNotSelected => {
+                "the namespace's labels do not match --namespace-selector".into()
+            }
+            NoReason::WorkloadKindNotWatched => {
+                "this workload kind is not watched (Rollouts need --is-Argo-Rollouts, \
+                 DeploymentConfigs --is-openshift)"
+                    .into()
+            }
+            NoReason::ConfigTypeNotWatched => format!(
+                "{config}s are not watched (--resources-to-ignore, or --enable-csi-integration \
+                 is off for secretproviderclasses)"
+            ),
+            NoReason::ConfigNotSelected => {
+                "the config's labels do not match --resource-label-selector".into()
+            }
+            NoReason::WebhookMode => {
+                "--webhook-url is set: a change calls the webhook instead of rolling workloads"
+                    .into()
+            }
+            NoReason::IgnoredWorkloadType => {
+                "the workload kind is in --ignored-workload-types".into()
+            }
+            NoReason::ConfigIgnored => format!("the {config} has {}: \"true\"", keys.ignore),
+            NoReason::Excluded => format!("the workload excludes it ({config} exclude list)"),
+            NoReason::SearchWithoutMatch => format!(
+                "{}: \"true\" is on, but the {config} lacks {}: \"true\"",
+                keys.search, keys.match_
+            ),
+            NoReason::AutoFalse => format!("{} is false: the workload opted out", keys.auto),
+            NoReason::TypedAutoFalse => format!(
+                "{} is false: the workload opted out for {config}s",
+                typed_auto(config)
+            ),
+            NoReason::TypedAutoOfAnotherType { on } => format!(
+                "only {} is on: {config}s are not auto-reloaded",
+                typed_auto(on)
+            ),
+            NoReason::NotInReloadList => format!(
+                "the workload's {config} reload list does not name it (and no auto or search \
+                 applies)"
+            ),
+            NoReason::NotReferenced => format!(
+                "auto/search only act on configs the pod template uses, and it does not use this \
+                 {config}"
+            ),
+            NoReason::NotOptedIn => {
+                "no reload annotation asks for it and --auto-reload-all is off".into()
+            }
+        }
+    }
+}
+
+/// The decision with the first rule that says no (explain, lint); [`decide`] is its coarse form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Reload(ReloadReason),
+    No(NoReason),
+}
+
+/// The decision table (the compatibility spec's decision order). The controller calls it through
+/// [`decide`]; explain and lint read the same verdict with its detailed reason.
+pub fn evaluate(
     config: ConfigFacts<'_>,
     workload: WorkloadFacts<'_>,
     switches: DecisionSwitches<'_>,
-) -> ReloadDecision {
-    use ReloadDecision::{Reload, Skip};
+) -> Verdict {
+    use Verdict::{No, Reload};
     if switches.ignored_workloads.contains(&workload.kind) {
-        return Skip(SkipReason::IgnoredWorkloadType);
+        return No(NoReason::IgnoredWorkloadType);
     }
     if config.ignore {
-        return Skip(SkipReason::ConfigIgnored);
+        return No(NoReason::ConfigIgnored);
     }
     if workload.policy.excludes(config.kind, config.name) {
-        return Skip(SkipReason::Excluded);
+        return No(NoReason::Excluded);
     }
     let typed = workload.policy.for_type(config.kind);
     if typed.explicit.iter().any(|p| p.matches(config.name)) {
@@ -110,16 +286,113 @@ pub fn decide(
             && typed.typed_auto == Toggle::Unset
             && switches.auto_reload_all);
     if !(search || auto) {
-        return Skip(SkipReason::NotOptedIn);
+        return No(why_not_opted_in(config.kind, workload.policy));
     }
     if !workload.referenced {
-        return Skip(SkipReason::NotReferenced);
+        return No(NoReason::NotReferenced);
     }
     Reload(if search {
         ReloadReason::Search
     } else {
         ReloadReason::Auto
     })
+}
+
+/// Rule 7 ("otherwise no") made precise: the annotation that was closest to saying yes.
+fn why_not_opted_in(kind: ConfigKind, policy: &ReloadPolicy) -> NoReason {
+    let typed = policy.for_type(kind);
+    if typed.search {
+        return NoReason::SearchWithoutMatch;
+    }
+    if typed.auto == Toggle::False {
+        return NoReason::AutoFalse;
+    }
+    if typed.typed_auto == Toggle::False {
+        return NoReason::TypedAutoFalse;
+    }
+    if !typed.explicit.is_empty() {
+        return NoReason::NotInReloadList;
+    }
+    if let Some(on) = ConfigKind::ALL
+        .into_iter()
+        .find(|k| *k != kind && policy.for_type(*k).typed_auto == Toggle::True)
+    {
+        return NoReason::TypedAutoOfAnotherType { on };
+    }
+    NoReason::NotOptedIn
+}
+
+/// What the controller's watches and namespace filter make of a (config, workload) pair, before
+/// the decision table: each false field is a reason the controller never sees the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeFacts {
+    pub namespace_ignored: bool,
+    pub namespace_watched: bool,
+    pub namespace_selected: bool,
+    pub workload_kind_watched: bool,
+    pub config_type_watched: bool,
+    pub config_selected: bool,
+    pub webhook: bool,
+}
+
+impl Default for ScopeFacts {
+    fn default() -> Self {
+        Self {
+            namespace_ignored: false,
+            namespace_watched: true,
+            namespace_selected: true,
+            workload_kind_watched: true,
+            config_type_watched: true,
+            config_selected: true,
+            webhook: false,
+        }
+    }
+}
+
+/// The first scope rule that says no, in the order the controller applies them: namespaces
+/// (ignored, listed, selected), the watched workload kinds and config types, the resource label
+/// selector, then the webhook mode.
+pub fn scope_verdict(scope: ScopeFacts) -> Option<NoReason> {
+    let rules = [
+        (scope.namespace_ignored, NoReason::NamespaceIgnored),
+        (!scope.namespace_watched, NoReason::NamespaceNotWatched),
+        (!scope.namespace_selected, NoReason::NamespaceNotSelected),
+        (
+            !scope.workload_kind_watched,
+            NoReason::WorkloadKindNotWatched,
+        ),
+        (!scope.config_type_watched, NoReason::ConfigTypeNotWatched),
+        (!scope.config_selected, NoReason::ConfigNotSelected),
+        (scope.webhook, NoReason::WebhookMode),
+    ];
+    rules
+        .into_iter()
+        .find(|(no, _)| *no)
+        .map(|(_, reason)| reason)
+}
+
+/// The whole answer for one (config, workload): scope first, then the decision table.
+pub fn evaluate_in_scope(
+    scope: ScopeFacts,
+    config: ConfigFacts<'_>,
+    workload: WorkloadFacts<'_>,
+    switches: DecisionSwitches<'_>,
+) -> Verdict {
+    match scope_verdict(scope) {
+        Some(reason) => Verdict::No(reason),
+        None => evaluate(config, workload, switches),
+    }
+}
+
+pub fn decide(
+    config: ConfigFacts<'_>,
+    workload: WorkloadFacts<'_>,
+    switches: DecisionSwitches<'_>,
+) -> ReloadDecision {
+    match evaluate(config, workload, switches) {
+        Verdict::Reload(reason) => ReloadDecision::Reload(reason),
+        Verdict::No(reason) => ReloadDecision::Skip(reason.skip_reason()),
+    }
 }
 
 #[cfg(test)]
@@ -318,5 +591,186 @@ mod tests {
             },
         );
         assert_eq!(d, Skip(SkipReason::IgnoredWorkloadType));
+    }
+
+    fn verdict(config: ConfigFacts<'_>, meta: &[(&str, &str)], referenced: bool) -> Verdict {
+        let p = policy(meta);
+        evaluate(
+            config,
+            WorkloadFacts {
+                kind: WorkloadKind::Deployment,
+                policy: &p,
+                referenced,
+            },
+            DecisionSwitches::default(),
+        )
+    }
+
+    #[test]
+    fn each_no_reason_of_the_decision_table() {
+        use NoReason::*;
+        let secret = ConfigFacts {
+            kind: ConfigKind::Secret,
+            ..cm("s")
+        };
+        let ignored = ConfigFacts {
+            ignore: true,
+            ..cm("c")
+        };
+        let auto = [("reloader.stakater.com/auto", "true")];
+        type Case<'a> = (ConfigFacts<'a>, Vec<(&'a str, &'a str)>, bool, NoReason);
+        let cases: Vec<Case<'_>> = vec![
+            (ignored, auto.to_vec(), true, ConfigIgnored),
+            (
+                cm("c"),
+                vec![
+                    ("reloader.stakater.com/auto", "true"),
+                    ("configmaps.exclude.reloader.stakater.com/reload", "c"),
+                ],
+                true,
+                Excluded,
+            ),
+            (
+                cm("c"),
+                vec![("reloader.stakater.com/search", "true")],
+                true,
+                SearchWithoutMatch,
+            ),
+            (
+                cm("c"),
+                vec![("reloader.stakater.com/auto", "false")],
+                true,
+                AutoFalse,
+            ),
+            (
+                cm("c"),
+                vec![("reloader.stakater.com/auto", "yes")],
+                true,
+                AutoFalse,
+            ),
+            (
+                cm("c"),
+                vec![("configmap.reloader.stakater.com/auto", "false")],
+                true,
+                TypedAutoFalse,
+            ),
+            (
+                cm("c"),
+                vec![("secret.reloader.stakater.com/auto", "true")],
+                true,
+                TypedAutoOfAnotherType {
+                    on: ConfigKind::Secret,
+                },
+            ),
+            (
+                cm("c"),
+                vec![("configmap.reloader.stakater.com/reload", "other")],
+                true,
+                NotInReloadList,
+            ),
+            // A Secret named in the ConfigMap list: not this type's list.
+            (
+                secret,
+                vec![("configmap.reloader.stakater.com/reload", "s")],
+                true,
+                NotOptedIn,
+            ),
+            (cm("c"), auto.to_vec(), false, NotReferenced),
+            (cm("c"), vec![], true, NotOptedIn),
+        ];
+        for (config, meta, referenced, want) in cases {
+            let got = verdict(config, &meta, referenced);
+            assert_eq!(got, Verdict::No(want), "{meta:?} referenced={referenced}");
+            // The controller's coarse decision is the same verdict.
+            let p = policy(&meta);
+            let coarse = decide(
+                config,
+                WorkloadFacts {
+                    kind: WorkloadKind::Deployment,
+                    policy: &p,
+                    referenced,
+                },
+                DecisionSwitches::default(),
+            );
+            assert_eq!(coarse, Skip(want.skip_reason()));
+            assert!(
+                !want
+                    .explain(config.kind, &AnnotationKeys::default())
+                    .is_empty()
+            );
+        }
+        let p = policy(&auto);
+        let cron = WorkloadFacts {
+            kind: WorkloadKind::CronJob,
+            policy: &p,
+            referenced: true,
+        };
+        let switches = DecisionSwitches {
+            auto_reload_all: false,
+            ignored_workloads: &[WorkloadKind::CronJob],
+        };
+        assert_eq!(
+            evaluate(cm("c"), cron, switches),
+            Verdict::No(IgnoredWorkloadType)
+        );
+    }
+
+    #[test]
+    fn search_without_match_comes_before_auto_false() {
+        let meta = [
+            ("reloader.stakater.com/search", "true"),
+            ("reloader.stakater.com/auto", "false"),
+        ];
+        assert_eq!(
+            verdict(cm("c"), &meta, true),
+            Verdict::No(NoReason::SearchWithoutMatch)
+        );
+    }
+
+    #[test]
+    fn scope_rules_come_first_in_the_controllers_order() {
+        let p = policy(&[("reloader.stakater.com/auto", "true")]);
+        let w = WorkloadFacts {
+            kind: WorkloadKind::Deployment,
+            policy: &p,
+            referenced: true,
+        };
+        let run = |scope| evaluate_in_scope(scope, cm("c"), w, DecisionSwitches::default());
+        assert_eq!(
+            run(ScopeFacts::default()),
+            Verdict::Reload(ReloadReason::Auto)
+        );
+        let all_no = ScopeFacts {
+            namespace_ignored: true,
+            namespace_watched: false,
+            namespace_selected: false,
+            workload_kind_watched: false,
+            config_type_watched: false,
+            config_selected: false,
+            webhook: true,
+        };
+        let mut scope = all_no;
+        let order = [
+            NoReason::NamespaceIgnored,
+            NoReason::NamespaceNotWatched,
+            NoReason::NamespaceNotSelected,
+            NoReason::WorkloadKindNotWatched,
+            NoReason::ConfigTypeNotWatched,
+            NoReason::ConfigNotSelected,
+            NoReason::WebhookMode,
+        ];
+        for (i, want) in order.into_iter().enumerate() {
+            assert_eq!(run(scope), Verdict::No(want), "rule {i}");
+            match i {
+                0 => scope.namespace_ignored = false,
+                1 => scope.namespace_watched = true,
+                2 => scope.namespace_selected = true,
+                3 => scope.workload_kind_watched = true,
+                4 => scope.config_type_watched = true,
+                5 => scope.config_selected = true,
+                _ => scope.webhook = false,
+            }
+        }
+        assert_eq!(run(scope), Verdict::Reload(ReloadReason::Auto));
     }
 }

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod decide;
 pub mod digest;
 pub mod engine;
+pub mod explain;
 pub mod http;
 pub mod index;
 pub mod model;

@@ -1,12 +1,28 @@
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
-use kube_reloader::config::Flags;
+use kube_reloader::explain::{
+    self,
+    cli::{Cli, invoked_as_kubectl_plugin},
+};
 use kube_reloader::telemetry;
 
 // The runtime is built by hand so that the OTLP exporter (a blocking HTTP client on its own
 // thread) is created and dropped outside of it.
 fn main() -> std::process::ExitCode {
-    let flags = Flags::parse();
+    let cli = Cli::parse();
+    let as_plugin = std::env::args_os()
+        .next()
+        .is_some_and(|argv0| invoked_as_kubectl_plugin(&argv0));
+    match cli.tool {
+        Some(tool) => return std::process::ExitCode::from(explain::cli::run(tool)),
+        // As `kubectl reloader`, never start a controller: show what it can do.
+        None if as_plugin => {
+            let _ = Cli::command().name("kubectl reloader").print_help();
+            return std::process::ExitCode::from(2);
+        }
+        None => {}
+    }
+    let flags = cli.flags;
     // kube, the alert client and the OTLP exporter share rustls: pin its crypto provider first.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tracer = match telemetry::tracing::provider() {

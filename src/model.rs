@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The kinds of configuration whose changes roll workloads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ConfigKind {
     ConfigMap,
     Secret,
@@ -43,8 +44,8 @@ impl fmt::Display for ConfigKind {
     }
 }
 
-/// The workload kinds kube-reloader can roll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The workload kinds kube-reloader can roll (serialized as their Kubernetes `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum WorkloadKind {
     Deployment,
     StatefulSet,

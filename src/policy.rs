@@ -30,6 +30,98 @@ impl Toggle {
             },
         }
     }
+
+    /// What is wrong with a non-empty value [`Toggle::parse`] reads as `False` without it being
+    /// a false boolean (explain and lint report it; the controller reads it as Reloader does).
+    pub fn problem(value: &str) -> Option<String> {
+        (!value.is_empty() && crate::config::parse_go_bool(value).is_err()).then(|| {
+            format!(
+                "'{value}' is not a boolean (Go's ParseBool): it reads as false, which also opts \
+                 the workload out of --auto-reload-all"
+            )
+        })
+    }
+}
+
+/// Where an annotation was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AnnotationSource {
+    Metadata,
+    PodTemplate,
+}
+
+impl AnnotationSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnnotationSource::Metadata => "metadata",
+            AnnotationSource::PodTemplate => "pod template",
+        }
+    }
+}
+
+/// One reload annotation found on a workload, as the policy parser read it (or did not).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotationRead {
+    pub key: String,
+    pub value: String,
+    pub source: AnnotationSource,
+    /// The config types it was read for (empty for type-less ones: rollout strategy, pause).
+    pub kinds: Vec<ConfigKind>,
+    /// False when the parser did not read it; `note` says why.
+    pub read: bool,
+    pub note: Option<String>,
+    /// What is wrong with the value, if anything.
+    pub problem: Option<String>,
+}
+
+/// A policy with the record of every annotation it was read from (explain, lint).
+#[derive(Debug, Clone)]
+pub struct PolicyReading {
+    pub policy: ReloadPolicy,
+    pub annotations: Vec<AnnotationRead>,
+}
+
+/// Collects [`AnnotationRead`]s while parsing; a no-op for the controller (`None`).
+struct Trace<'a>(Option<&'a mut Vec<AnnotationRead>>);
+
+impl Trace<'_> {
+    fn note(
+        &mut self,
+        key: &str,
+        value: &str,
+        source: AnnotationSource,
+        kind: Option<ConfigKind>,
+        unread: Option<String>,
+    ) {
+        let Some(reads) = self.0.as_deref_mut() else {
+            return;
+        };
+        let read = unread.is_none();
+        if let Some(same) = reads
+            .iter_mut()
+            .find(|r| r.key == key && r.source == source && r.read == read && r.note == unread)
+        {
+            same.kinds.extend(kind);
+            return;
+        }
+        reads.push(AnnotationRead {
+            key: key.to_string(),
+            value: value.to_string(),
+            source,
+            kinds: kind.into_iter().collect(),
+            read,
+            note: unread,
+            problem: None,
+        });
+    }
+}
+
+/// A config's `ignore` / `match` annotation: on only with exactly `"true"` (as Reloader reads
+/// them). The watches and explain read config annotations through this one function.
+pub fn config_flag(annotations: &BTreeMap<String, String>, key: &str) -> bool {
+    annotations.get(key).map(String::as_str) == Some("true")
 }
 
 /// One entry of a reload list: a literal name (indexed exactly) or an anchored regex.
@@ -71,6 +163,17 @@ pub enum PolicyProblem {
     UnknownRolloutStrategy {
         value: String,
     },
+}
+
+impl PolicyProblem {
+    /// The annotation the problem is about.
+    pub fn annotation<'a>(&'a self, keys: &'a AnnotationKeys) -> &'a str {
+        match self {
+            PolicyProblem::InvalidPattern { annotation, .. } => annotation,
+            PolicyProblem::InvalidPausePeriod { .. } => &keys.pause_period,
+            PolicyProblem::UnknownRolloutStrategy { .. } => &keys.rollout_strategy,
+        }
+    }
 }
 
 impl std::fmt::Display for PolicyProblem {
@@ -240,6 +343,52 @@ impl ReloadPolicy {
         metadata: &BTreeMap<String, String>,
         template: &BTreeMap<String, String>,
     ) -> ReloadPolicy {
+        Self::parse_traced(keys, metadata, template, Trace(None))
+    }
+
+    /// [`ReloadPolicy::parse`], also recording where each annotation was read from, which ones
+    /// were not read and why, and the problem of each malformed value.
+    pub fn read(
+        keys: &AnnotationKeys,
+        metadata: &BTreeMap<String, String>,
+        template: &BTreeMap<String, String>,
+    ) -> PolicyReading {
+        let mut annotations = Vec::new();
+        let policy = Self::parse_traced(keys, metadata, template, Trace(Some(&mut annotations)));
+        for read in &mut annotations {
+            let bool_key = read.key == keys.auto
+                || [&keys.configmap_auto, &keys.secret_auto, &keys.spc_auto].contains(&&read.key);
+            read.problem = if !read.read {
+                None
+            } else if bool_key {
+                Toggle::problem(&read.value)
+            } else if read.key == keys.search && read.value != "true" {
+                Some(format!(
+                    "search is on only with exactly \"true\"; '{}' leaves it off",
+                    read.value
+                ))
+            } else {
+                let found: Vec<String> = policy
+                    .problems
+                    .iter()
+                    .filter(|p| p.annotation(keys) == read.key)
+                    .map(ToString::to_string)
+                    .collect();
+                (!found.is_empty()).then(|| found.join("; "))
+            };
+        }
+        PolicyReading {
+            policy,
+            annotations,
+        }
+    }
+
+    fn parse_traced(
+        keys: &AnnotationKeys,
+        metadata: &BTreeMap<String, String>,
+        template: &BTreeMap<String, String>,
+        mut trace: Trace<'_>,
+    ) -> ReloadPolicy {
         let mut problems = Vec::new();
         let by_type = ConfigKind::ALL.map(|kind| {
             let (reload_key, typed_auto_key) = match kind {
@@ -248,11 +397,15 @@ impl ReloadPolicy {
                 ConfigKind::SecretProviderClass => (&keys.spc_reload, &keys.spc_auto),
             };
             let four = [reload_key, &keys.auto, typed_auto_key, &keys.search];
-            let source = if four.iter().any(|k| metadata.contains_key(k.as_str())) {
+            let on_metadata = four.iter().find(|k| metadata.contains_key(k.as_str()));
+            let source = if on_metadata.is_some() {
                 metadata
             } else {
                 template
             };
+            if trace.0.is_some() {
+                trace_type_source(&mut trace, kind, &four, metadata, template, on_metadata);
+            }
             let get = |k: &String| source.get(k.as_str()).map(String::as_str);
             TypePolicy {
                 auto: Toggle::parse(get(&keys.auto)),
@@ -269,6 +422,7 @@ impl ReloadPolicy {
                 ConfigKind::Secret => &keys.secret_exclude,
                 ConfigKind::SecretProviderClass => &keys.spc_exclude,
             };
+            trace_metadata_only(&mut trace, key, Some(kind), metadata, template);
             metadata
                 .get(key.as_str())
                 .map(|v| {
@@ -280,6 +434,8 @@ impl ReloadPolicy {
                 })
                 .unwrap_or_default()
         });
+        trace_metadata_only(&mut trace, &keys.rollout_strategy, None, metadata, template);
+        trace_metadata_only(&mut trace, &keys.pause_period, None, metadata, template);
         let rollout_strategy = match metadata
             .get(keys.rollout_strategy.as_str())
             .map(|s| s.trim())
@@ -315,6 +471,61 @@ impl ReloadPolicy {
             pause_period,
             problems,
         }
+    }
+}
+
+/// Records the four per-type annotations of `kind`: read from the chosen place, and the ones in
+/// the other place not read (Reloader reads the four from one place only).
+fn trace_type_source(
+    trace: &mut Trace<'_>,
+    kind: ConfigKind,
+    four: &[&String; 4],
+    metadata: &BTreeMap<String, String>,
+    template: &BTreeMap<String, String>,
+    on_metadata: Option<&&String>,
+) {
+    use AnnotationSource::{Metadata, PodTemplate};
+    let (read_from, unread_from, why) = match on_metadata {
+        Some(key) => (
+            (Metadata, metadata),
+            (PodTemplate, template),
+            format!(
+                "not read for {kind}s: the metadata has {key}, and the four {kind} annotations \
+                 are read from one place"
+            ),
+        ),
+        None => ((PodTemplate, template), (Metadata, metadata), String::new()),
+    };
+    for key in four {
+        if let Some(v) = read_from.1.get(key.as_str()) {
+            trace.note(key, v, read_from.0, Some(kind), None);
+        }
+        if on_metadata.is_some()
+            && let Some(v) = unread_from.1.get(key.as_str())
+        {
+            trace.note(key, v, unread_from.0, Some(kind), Some(why.clone()));
+        }
+    }
+}
+
+/// Records an annotation read from the metadata only (and the same key on the pod template,
+/// which is not read).
+fn trace_metadata_only(
+    trace: &mut Trace<'_>,
+    key: &str,
+    kind: Option<ConfigKind>,
+    metadata: &BTreeMap<String, String>,
+    template: &BTreeMap<String, String>,
+) {
+    if trace.0.is_none() {
+        return;
+    }
+    if let Some(v) = metadata.get(key) {
+        trace.note(key, v, AnnotationSource::Metadata, kind, None);
+    }
+    if let Some(v) = template.get(key) {
+        let why = "not read: this annotation is read from the workload's metadata only".to_string();
+        trace.note(key, v, AnnotationSource::PodTemplate, kind, Some(why));
     }
 }
 
@@ -477,5 +688,77 @@ mod tests {
         for bad in ["", "5", "m", "5x", "-5s", "5 m", "1h-5m"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn reading_records_where_each_annotation_came_from() {
+        let keys = AnnotationKeys::default();
+        let r = ReloadPolicy::read(
+            &keys,
+            &map(&[
+                ("secret.reloader.stakater.com/reload", "db, bad["),
+                ("configmaps.exclude.reloader.stakater.com/reload", "x"),
+                ("deployment.reloader.stakater.com/pause-period", "5 minutes"),
+            ]),
+            &map(&[
+                ("reloader.stakater.com/auto", "yes"),
+                ("reloader.stakater.com/search", "True"),
+                ("reloader.stakater.com/rollout-strategy", "restart"),
+            ]),
+        );
+        let find = |key: &str, source| {
+            r.annotations
+                .iter()
+                .filter(|a| a.key == key && a.source == source)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        use AnnotationSource::{Metadata, PodTemplate};
+        let list = find("secret.reloader.stakater.com/reload", Metadata);
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].kinds, [ConfigKind::Secret]);
+        assert!(list[0].problem.as_deref().unwrap().contains("bad["));
+        // The template's auto is read for configmaps and CSI, not for secrets.
+        let auto = find("reloader.stakater.com/auto", PodTemplate);
+        assert_eq!(auto.len(), 2, "{auto:?}");
+        let read = auto.iter().find(|a| a.read).unwrap();
+        assert_eq!(
+            read.kinds,
+            [ConfigKind::ConfigMap, ConfigKind::SecretProviderClass]
+        );
+        assert!(read.problem.as_deref().unwrap().contains("not a boolean"));
+        let unread = auto.iter().find(|a| !a.read).unwrap();
+        assert_eq!(unread.kinds, [ConfigKind::Secret]);
+        assert!(
+            unread
+                .note
+                .as_deref()
+                .unwrap()
+                .contains("secret.reloader.stakater.com/reload")
+        );
+        let search = find("reloader.stakater.com/search", PodTemplate);
+        assert!(search[0].problem.as_deref().unwrap().contains("exactly"));
+        let pause = find("deployment.reloader.stakater.com/pause-period", Metadata);
+        assert!(pause[0].problem.as_deref().unwrap().contains("5 minutes"));
+        // Metadata-only annotations on the template are not read.
+        let strategy = find("reloader.stakater.com/rollout-strategy", PodTemplate);
+        assert!(!strategy[0].read);
+        assert_eq!(r.policy.rollout_strategy, RolloutStrategy::Rollout);
+        assert_eq!(
+            find("configmaps.exclude.reloader.stakater.com/reload", Metadata)[0].kinds,
+            [ConfigKind::ConfigMap]
+        );
+    }
+
+    #[test]
+    fn reading_gives_the_policy_parse_gives() {
+        let meta = map(&[("reloader.stakater.com/auto", "true")]);
+        let tmpl = map(&[("configmap.reloader.stakater.com/reload", "a.*")]);
+        let keys = AnnotationKeys::default();
+        let parsed = ReloadPolicy::parse(&keys, &meta, &tmpl);
+        let read = ReloadPolicy::read(&keys, &meta, &tmpl).policy;
+        assert_eq!(format!("{parsed:?}"), format!("{read:?}"));
+        assert_eq!(Toggle::problem("false"), None);
+        assert_eq!(Toggle::problem(""), None);
     }
 }

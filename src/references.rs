@@ -134,30 +134,71 @@ pub struct ContainerChoice {
     pub referenced: bool,
 }
 
-/// Every config the pod spec uses (mounted by a container or read from env), deduplicated.
-pub fn config_uses(spec: &PodSpec) -> Vec<ConfigUse> {
-    let mut candidates: Vec<ConfigUse> = Vec::new();
-    let mut push = |kind, name: &str| {
-        if !name.is_empty() && !candidates.iter().any(|u| u.kind == kind && u.name == name) {
-            candidates.push(ConfigUse {
-                kind,
-                name: name.to_string(),
-            });
+/// How a pod spec uses a config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UseHow {
+    /// `env[].valueFrom.configMapKeyRef` / `secretKeyRef`.
+    EnvValueFrom,
+    /// `envFrom[].configMapRef` / `secretRef`.
+    EnvFrom,
+    /// A `configMap` / `secret` volume.
+    Volume,
+    /// A source of a `projected` volume.
+    ProjectedVolume,
+    /// A CSI volume with `volumeAttributes.secretProviderClass`.
+    CsiVolume,
+}
+
+impl UseHow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UseHow::EnvValueFrom => "env valueFrom",
+            UseHow::EnvFrom => "envFrom",
+            UseHow::Volume => "volume",
+            UseHow::ProjectedVolume => "projected volume",
+            UseHow::CsiVolume => "CSI volume",
         }
-    };
+    }
+}
+
+/// One place a pod spec names a config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UseSite<'a> {
+    pub kind: ConfigKind,
+    pub name: &'a str,
+    pub how: UseHow,
+    /// The volume's name (volumes), or the container's (env).
+    pub place: &'a str,
+    /// The container is an init container (env uses).
+    pub init: bool,
+}
+
+/// Calls `visit` for every place the pod spec names a config: volumes first, then the env of
+/// containers and init containers (the order [`config_uses`] keeps).
+pub fn visit_use_sites<'a>(spec: &'a PodSpec, mut visit: impl FnMut(UseSite<'a>)) {
     for v in spec.volumes.iter().flatten() {
+        let mut site = |kind, name: &'a str, how| {
+            visit(UseSite {
+                kind,
+                name,
+                how,
+                place: &v.name,
+                init: false,
+            })
+        };
         if let Some(c) = &v.config_map {
-            push(ConfigKind::ConfigMap, &c.name);
+            site(ConfigKind::ConfigMap, &c.name, UseHow::Volume);
         }
         if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
-            push(ConfigKind::Secret, name);
+            site(ConfigKind::Secret, name, UseHow::Volume);
         }
         for s in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
             if let Some(c) = &s.config_map {
-                push(ConfigKind::ConfigMap, &c.name);
+                site(ConfigKind::ConfigMap, &c.name, UseHow::ProjectedVolume);
             }
             if let Some(c) = &s.secret {
-                push(ConfigKind::Secret, &c.name);
+                site(ConfigKind::Secret, &c.name, UseHow::ProjectedVolume);
             }
         }
         if let Some(spc) = v
@@ -166,33 +207,69 @@ pub fn config_uses(spec: &PodSpec) -> Vec<ConfigUse> {
             .and_then(|c| c.volume_attributes.as_ref())
             .and_then(|a| a.get("secretProviderClass"))
         {
-            push(ConfigKind::SecretProviderClass, spc);
+            site(ConfigKind::SecretProviderClass, spc, UseHow::CsiVolume);
         }
     }
     let all = spec
         .containers
         .iter()
-        .chain(spec.init_containers.iter().flatten());
-    for c in all {
+        .map(|c| (c, false))
+        .chain(spec.init_containers.iter().flatten().map(|c| (c, true)));
+    for (c, init) in all {
+        let mut site = |kind, name: &'a str, how| {
+            visit(UseSite {
+                kind,
+                name,
+                how,
+                place: &c.name,
+                init,
+            })
+        };
         for e in c.env.iter().flatten() {
             if let Some(src) = &e.value_from {
                 if let Some(r) = &src.config_map_key_ref {
-                    push(ConfigKind::ConfigMap, &r.name);
+                    site(ConfigKind::ConfigMap, &r.name, UseHow::EnvValueFrom);
                 }
                 if let Some(r) = &src.secret_key_ref {
-                    push(ConfigKind::Secret, &r.name);
+                    site(ConfigKind::Secret, &r.name, UseHow::EnvValueFrom);
                 }
             }
         }
         for e in c.env_from.iter().flatten() {
             if let Some(r) = &e.config_map_ref {
-                push(ConfigKind::ConfigMap, &r.name);
+                site(ConfigKind::ConfigMap, &r.name, UseHow::EnvFrom);
             }
             if let Some(r) = &e.secret_ref {
-                push(ConfigKind::Secret, &r.name);
+                site(ConfigKind::Secret, &r.name, UseHow::EnvFrom);
             }
         }
     }
+}
+
+/// The containers (and init containers, flagged) mounting the volume named `volume`.
+pub fn mounting_containers<'a>(spec: &'a PodSpec, volume: &str) -> Vec<(&'a str, bool)> {
+    let all = spec
+        .containers
+        .iter()
+        .map(|c| (c, false))
+        .chain(spec.init_containers.iter().flatten().map(|c| (c, true)));
+    all.filter(|(c, _)| mounts_any(c, &[volume]))
+        .map(|(c, init)| (c.name.as_str(), init))
+        .collect()
+}
+
+/// Every config the pod spec uses (mounted by a container or read from env), deduplicated.
+pub fn config_uses(spec: &PodSpec) -> Vec<ConfigUse> {
+    let mut candidates: Vec<ConfigUse> = Vec::new();
+    visit_use_sites(spec, |site| {
+        let (kind, name) = (site.kind, site.name);
+        if !name.is_empty() && !candidates.iter().any(|u| u.kind == kind && u.name == name) {
+            candidates.push(ConfigUse {
+                kind,
+                name: name.to_string(),
+            });
+        }
+    });
     // A volume that no container mounts does not count (Reloader looks for the mount).
     candidates.retain(|u| choose_container(spec, u.kind, &u.name, false).is_some());
     candidates

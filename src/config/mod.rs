@@ -116,6 +116,14 @@ impl Settings {
     pub fn namespace_ignored(&self, namespace: &str) -> bool {
         self.namespaces_to_ignore.iter().any(|n| n == namespace)
     }
+
+    /// `--namespaces` (or `KUBERNETES_NAMESPACE`) lets the controller watch `namespace`.
+    pub fn namespace_in_scope(&self, namespace: &str) -> bool {
+        match &self.scope {
+            NamespaceScope::All => true,
+            NamespaceScope::Only(list) => list.iter().any(|n| n == namespace),
+        }
+    }
 }
 
 /// Splits Reloader's comma lists, trimming blanks and dropping empty entries.

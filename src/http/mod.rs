@@ -1,4 +1,5 @@
-//! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes); CPU profiles on
+//! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes),
+//! `/debug/explain?kind=&namespace=&name=[&config=]` (JSON verdicts from the live index); CPU profiles on
 //! their own address when enabled.
 
 pub mod pprof;
@@ -7,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -22,6 +23,7 @@ pub struct AdminState {
     pub index: Arc<ReverseIndex>,
     pub ownership: Arc<Ownership>,
     pub ready: Box<dyn Fn() -> bool + Send + Sync>,
+    pub explain: Option<crate::explain::live::LiveExplainer>,
 }
 
 async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
@@ -49,8 +51,47 @@ async fn ready(State(s): State<Arc<AdminState>>) -> (StatusCode, &'static str) {
     }
 }
 
+#[derive(serde::Deserialize)]
+struct ExplainQuery {
+    kind: String,
+    namespace: String,
+    name: String,
+    /// `configmap/app`: the verdict for this config alone (as `explain --for`).
+    config: Option<String>,
+}
+
+async fn debug_explain(
+    State(s): State<Arc<AdminState>>,
+    Query(q): Query<ExplainQuery>,
+) -> impl IntoResponse {
+    let json = || [(header::CONTENT_TYPE, "application/json")];
+    let error = |code, message: String| {
+        let body = serde_json::json!({ "error": message }).to_string();
+        (code, json(), body)
+    };
+    let Some(explainer) = &s.explain else {
+        return error(StatusCode::NOT_FOUND, "explain is not served".into());
+    };
+    let Some(kind) = crate::explain::live::parse_workload_kind(&q.kind) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("unknown workload kind '{}'", q.kind),
+        );
+    };
+    let only = match q.config.as_deref().map(crate::explain::cli::parse_config) {
+        None => None,
+        Some(Ok(only)) => Some(only),
+        Some(Err(e)) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let only = only.as_ref().map(|(k, n)| (*k, n.as_str()));
+    let answer = explainer.answer(kind, &q.namespace, &q.name, only);
+    let body = serde_json::to_string_pretty(&answer).unwrap_or_default();
+    (StatusCode::OK, json(), body)
+}
+
 pub fn router(state: Arc<AdminState>) -> Router {
     Router::new()
+        .route("/debug/explain", get(debug_explain))
         .route("/metrics", get(metrics))
         .route("/live", get(live))
         .route("/ready", get(ready))
@@ -69,7 +110,7 @@ pub fn parse_listen_addr(addr: &str) -> Result<SocketAddr, std::net::AddrParseEr
 /// Binds and serves until the process ends.
 pub async fn serve(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics, /live and /ready");
+    tracing::info!(%addr, "serving /metrics, /live, /ready and /debug/explain");
     axum::serve(listener, router(state)).await
 }
 

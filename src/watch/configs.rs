@@ -224,7 +224,7 @@ where
     M: WatchObserver,
 {
     fn flag(&self, annotations: &BTreeMap<String, String>, key: &str) -> bool {
-        annotations.get(key).map(String::as_str) == Some("true")
+        crate::policy::config_flag(annotations, key)
     }
 
     async fn prepare<K: ConfigSource>(

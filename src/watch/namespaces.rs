@@ -252,7 +252,7 @@ where
         };
         let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
         let annotations = obj.annotations().clone();
-        let flag = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
+        let flag = |k: &str| crate::policy::config_flag(&annotations, k);
         let (ignore, matched) = (
             flag(&self.settings.keys.ignore),
             flag(&self.settings.keys.match_),

@@ -1,0 +1,470 @@
+//! Reads what explain and lint need from the API server, with the user's credentials: workloads,
+//! the namespace's configs (hashed with the controller's recipes, then dropped), whether the
+//! selectors select them (asked of the API server, which evaluates selectors for the controller's
+//! watches too), and the workload's Events.
+
+use std::collections::{BTreeMap, HashSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, PodSpec, PodTemplateSpec, Secret};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::{AnnotationKeys, Settings};
+use crate::digest::{ConfigPayload, digest_payload};
+use crate::index::{WorkloadEntry, workload_entry};
+use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::policy::{PolicyReading, ReloadPolicy, config_flag};
+use crate::rollout::kube::api_resource;
+use crate::rollout::template::{LastReloadedFrom, recorded_hash};
+use crate::watch::ConfigSource;
+
+use super::report::{ConfigSeen, NamespaceFacts};
+use super::{EventLine, LastReload};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatherError {
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> GatherError {
+    let what = what.into();
+    move |source| GatherError::Api { what, source }
+}
+
+/// A workload as explain reads it: the controller's index entry plus what the index drops.
+pub struct WorkloadView {
+    pub entry: WorkloadEntry,
+    pub reading: PolicyReading,
+    pub spec: PodSpec,
+    pub template_annotations: BTreeMap<String, String>,
+}
+
+impl WorkloadView {
+    /// Builds the view with the index's own builder (the entry the controller would hold).
+    pub fn from_object(
+        kind: WorkloadKind,
+        object: &Value,
+        keys: &AnnotationKeys,
+    ) -> Result<Self, GatherError> {
+        let entry =
+            workload_entry(kind, object, keys).map_err(|e| GatherError::Invalid(e.to_string()))?;
+        let template: PodTemplateSpec = object
+            .pointer(kind.pod_template_pointer())
+            .map(PodTemplateSpec::deserialize)
+            .transpose()
+            .map_err(|e| GatherError::Invalid(e.to_string()))?
+            .unwrap_or_default();
+        let template_annotations = template
+            .metadata
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        let metadata: BTreeMap<String, String> = object
+            .pointer("/metadata/annotations")
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        let reading = ReloadPolicy::read(keys, &metadata, &template_annotations);
+        Ok(Self {
+            entry,
+            reading,
+            spec: template.spec.unwrap_or_default(),
+            template_annotations,
+        })
+    }
+
+    /// The hash the template records for a config (env var or annotation).
+    pub fn recorded(&self, keys: &AnnotationKeys, kind: ConfigKind, name: &str) -> Option<String> {
+        let key = ConfigKey::new(kind, &self.entry.key.namespace, name);
+        recorded_hash(&self.spec, &self.template_annotations, keys, &key)
+    }
+}
+
+pub async fn workload(
+    client: &Client,
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+    keys: &AnnotationKeys,
+) -> Result<WorkloadView, GatherError> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &api_resource(kind));
+    let what = format!("{kind} {namespace}/{name}");
+    let obj = api
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading {what}")))?
+        .ok_or_else(|| GatherError::NotFound(what))?;
+    let value = serde_json::to_value(&obj).map_err(|e| GatherError::Invalid(e.to_string()))?;
+    WorkloadView::from_object(kind, &value, keys)
+}
+
+/// Every workload of `kind` in `namespace` (or all), as JSON objects.
+pub async fn workloads(
+    client: &Client,
+    kind: WorkloadKind,
+    namespace: Option<&str>,
+) -> Result<Vec<Value>, GatherError> {
+    let ar = api_resource(kind);
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let list = match api.list(&ListParams::default()).await {
+        Ok(l) => l,
+        // The kind is not served (no Argo Rollouts, no OpenShift): nothing to lint.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(api_err(format!("listing {kind}s"))(e)),
+    };
+    list.items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).map_err(|e| GatherError::Invalid(e.to_string())))
+        .collect()
+}
+
+/// Names of the objects `selector` selects (`None`: no selector, everything is selected).
+async fn selected_names<K>(
+    api: &Api<K>,
+    selector: Option<&str>,
+) -> Result<Option<HashSet<(String, String)>>, kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(selector) = selector else {
+        return Ok(None);
+    };
+    let list = api
+        .list_metadata(&ListParams::default().labels(selector))
+        .await?;
+    Ok(Some(
+        list.items
+            .iter()
+            .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+            .collect(),
+    ))
+}
+
+/// Namespaces `--namespace-selector` selects among `namespaces` (all of them without one).
+pub async fn selected_namespaces(
+    client: &Client,
+    settings: &Settings,
+) -> Result<Option<HashSet<String>>, GatherError> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let names = selected_names(&api, settings.namespace_selector.as_deref())
+        .await
+        .map_err(api_err("listing namespaces with --namespace-selector"))?;
+    Ok(names.map(|set| set.into_iter().map(|(_, n)| n).collect()))
+}
+
+async fn add_configs<K>(
+    client: &Client,
+    settings: &Settings,
+    namespace: Option<&str>,
+    out: &mut BTreeMap<String, NamespaceFacts>,
+) -> Result<(), GatherError>
+where
+    K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let what = format!("listing {}s", K::KIND);
+    let selected = selected_names(&api, settings.resource_label_selector.as_deref())
+        .await
+        .map_err(api_err(format!("{what} with --resource-label-selector")))?;
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err(what))?;
+    for obj in list.items {
+        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        let annotations = obj.annotations().clone();
+        let seen = ConfigSeen {
+            ignore: config_flag(&annotations, &settings.keys.ignore),
+            matched: config_flag(&annotations, &settings.keys.match_),
+            selected: selected
+                .as_ref()
+                .is_none_or(|s| s.contains(&(ns.clone(), name.clone()))),
+            hash: Some(digest_payload(obj.into_payload()).reloader_hash()),
+        };
+        out.entry(ns)
+            .or_default()
+            .configs
+            .insert((K::KIND, name), seen);
+    }
+    Ok(())
+}
+
+/// SecretProviderClasses: the hash of the versions their pods mount (as the controller's CSI
+/// watch computes it); absent when the CSI driver's CRDs are not installed.
+async fn add_spcs(
+    client: &Client,
+    settings: &Settings,
+    namespace: Option<&str>,
+    out: &mut BTreeMap<String, NamespaceFacts>,
+) -> Result<(), GatherError> {
+    let gvk = |kind: &str, plural: &str| {
+        kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    let api = |ar: &kube::core::ApiResource| -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+            None => Api::all_with(client.clone(), ar),
+        }
+    };
+    let classes = match api(&gvk("SecretProviderClass", "secretproviderclasses"))
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(api_err("listing secretproviderclasses")(e)),
+    };
+    let statuses = api(&gvk(
+        "SecretProviderClassPodStatus",
+        "secretproviderclasspodstatuses",
+    ))
+    .list(&ListParams::default())
+    .await
+    .map(|l| l.items)
+    .unwrap_or_default();
+    for class in classes {
+        let (ns, name) = (class.namespace().unwrap_or_default(), class.name_any());
+        let status = statuses.iter().rev().find_map(|s| {
+            let st = s.data.get("status")?;
+            (s.namespace().as_deref() == Some(ns.as_str())
+                && st.get("secretProviderClassName")?.as_str()? == name)
+                .then_some(st)
+        });
+        let hash = status.map(|st| {
+            let objects = st
+                .get("objects")
+                .and_then(Value::as_array)
+                .map(|objs| {
+                    objs.iter()
+                        .filter_map(|o| {
+                            Some((
+                                o.get("id")?.as_str()?.to_string(),
+                                o.get("version")?.as_str()?.to_string(),
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            digest_payload(ConfigPayload::SecretProviderClass {
+                class_name: name.clone(),
+                objects,
+            })
+            .reloader_hash()
+        });
+        let annotations = class.annotations().clone();
+        out.entry(ns).or_default().configs.insert(
+            (ConfigKind::SecretProviderClass, name),
+            ConfigSeen {
+                ignore: config_flag(&annotations, &settings.keys.ignore),
+                matched: config_flag(&annotations, &settings.keys.match_),
+                selected: true,
+                hash,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// What explain and lint know of the namespaces they look at.
+#[derive(Debug, Default)]
+pub struct ClusterFacts {
+    /// Namespaces holding configs, with them.
+    pub namespaces: BTreeMap<String, NamespaceFacts>,
+    /// What `--namespace-selector` selects (`None`: no selector).
+    pub selected: Option<HashSet<String>>,
+}
+
+impl ClusterFacts {
+    /// The facts of `namespace` (one with no config has none).
+    pub fn namespace(&self, namespace: &str) -> NamespaceFacts {
+        let mut facts = self.namespaces.get(namespace).cloned().unwrap_or_default();
+        facts.selected = self.selected.as_ref().is_none_or(|s| s.contains(namespace));
+        facts
+    }
+}
+
+/// Facts of one namespace (`Some`) or every namespace (`None`).
+pub async fn cluster(
+    client: &Client,
+    settings: &Settings,
+    namespace: Option<&str>,
+) -> Result<ClusterFacts, GatherError> {
+    let mut namespaces: BTreeMap<String, NamespaceFacts> = BTreeMap::new();
+    add_configs::<ConfigMap>(client, settings, namespace, &mut namespaces).await?;
+    add_configs::<Secret>(client, settings, namespace, &mut namespaces).await?;
+    add_spcs(client, settings, namespace, &mut namespaces).await?;
+    let selected = selected_namespaces(client, settings).await?;
+    Ok(ClusterFacts {
+        namespaces,
+        selected,
+    })
+}
+
+/// What the template records and the `Reloaded` / `ReloadFail` Events about the workload.
+pub async fn last_reload(
+    client: &Client,
+    view: &WorkloadView,
+    keys: &AnnotationKeys,
+) -> Result<LastReload, GatherError> {
+    let key = &view.entry.key;
+    let mut recorded: Vec<String> = view
+        .entry
+        .uses
+        .iter()
+        .filter_map(|u| {
+            let hash = u.recorded.as_deref()?;
+            Some(format!("{}/{} = {hash}", u.kind, u.name))
+        })
+        .collect();
+    if let Some(r) = view
+        .template_annotations
+        .get(&keys.last_reloaded_from)
+        .and_then(|v| serde_json::from_str::<LastReloadedFrom>(v).ok())
+    {
+        let at = jiff::Timestamp::from_second(r.observed_at)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        recorded.push(format!(
+            "{} annotation: {} {}/{} hash {} at {at}",
+            keys.last_reloaded_from,
+            r.kind.to_lowercase(),
+            r.namespace,
+            r.name,
+            r.hash
+        ));
+    }
+    let api: Api<Event> = Api::namespaced(client.clone(), &key.namespace);
+    let fields = format!(
+        "involvedObject.kind={},involvedObject.name={}",
+        key.kind, key.name
+    );
+    let list = api
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .map_err(api_err("listing the workload's Events"))?;
+    let mut events: Vec<EventLine> = list
+        .items
+        .into_iter()
+        .filter(|e| matches!(e.reason.as_deref(), Some("Reloaded" | "ReloadFail")))
+        .map(|e| {
+            let time = e
+                .last_timestamp
+                .map(|t| t.0.to_string())
+                .or_else(|| e.event_time.map(|t| t.0.to_string()))
+                .unwrap_or_default();
+            EventLine {
+                time,
+                reason: e.reason.unwrap_or_default(),
+                message: e.message.unwrap_or_default(),
+            }
+        })
+        .collect();
+    events.sort_by(|a, b| a.time.cmp(&b.time));
+    let skip = events.len().saturating_sub(5);
+    events.drain(..skip);
+    Ok(LastReload { recorded, events })
+}
+
+/// Reads a running controller's flags from its Deployment (`--from-deployment ns/name`): the
+/// args of the container that runs kube-reloader (or Reloader), and `KUBERNETES_NAMESPACE`.
+pub async fn deployment_args(client: &Client, target: &str) -> Result<Vec<String>, GatherError> {
+    let (ns, name) = target.split_once('/').ok_or_else(|| {
+        GatherError::Invalid(format!(
+            "--from-deployment '{target}': expected <namespace>/<name>"
+        ))
+    })?;
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
+    let what = format!("Deployment {ns}/{name}");
+    let d = api
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading {what}")))?
+        .ok_or_else(|| GatherError::NotFound(what.clone()))?;
+    let spec = d
+        .spec
+        .template
+        .spec
+        .ok_or_else(|| GatherError::Invalid(format!("{what} has no pod spec")))?;
+    Ok(controller_args(&spec, ns))
+}
+
+/// The controller's args in a pod spec (pure, see [`deployment_args`]).
+pub fn controller_args(spec: &PodSpec, namespace: &str) -> Vec<String> {
+    let container = spec
+        .containers
+        .iter()
+        .find(|c| c.name.contains("reloader"))
+        .or_else(|| spec.containers.first());
+    let Some(c) = container else {
+        return Vec::new();
+    };
+    let mut args: Vec<String> = c.command.iter().flatten().skip(1).cloned().collect();
+    args.extend(c.args.iter().flatten().cloned());
+    for e in c
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name == "KUBERNETES_NAMESPACE")
+    {
+        let from_field = e
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .is_some_and(|f| f.field_path == "metadata.namespace");
+        let value = e
+            .value
+            .clone()
+            .or_else(|| from_field.then(|| namespace.to_string()));
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            args.push(format!("--kubernetes-namespace={v}"));
+        }
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn controller_args_from_a_reloader_deployment() {
+        let spec: PodSpec = serde_json::from_value(json!({"containers": [
+            {"name": "sidecar", "args": ["--x"]},
+            {"name": "kube-reloader", "command": ["/kube-reloader", "--auto-reload-all"],
+             "args": ["--reload-strategy=annotations"],
+             "env": [{"name": "KUBERNETES_NAMESPACE",
+                      "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            controller_args(&spec, "ops"),
+            [
+                "--auto-reload-all",
+                "--reload-strategy=annotations",
+                "--kubernetes-namespace=ops"
+            ]
+        );
+    }
+}

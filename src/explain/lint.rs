@@ -1,0 +1,352 @@
+//! Lint: findings over workloads, from the same readings and verdicts explain prints. Pure.
+
+use crate::decide::NoReason;
+use crate::index::WorkloadEntry;
+use crate::model::ConfigKind;
+use crate::policy::{AnnotationRead, NamePattern, PolicyProblem, Toggle, type_index};
+
+use super::report::{Explanation, NamespaceFacts};
+use super::{Lint, Severity};
+
+/// Every check, as named in findings and in docs/troubleshooting.md.
+pub const CHECKS: [&str; 13] = [
+    "missing-config",
+    "list-matches-nothing",
+    "invalid-regex",
+    "invalid-pause-period",
+    "invalid-rollout-strategy",
+    "invalid-bool",
+    "search-not-true",
+    "annotation-not-read",
+    "exclude-conflict",
+    "nothing-to-act-on",
+    "typed-auto-without-config",
+    "search-without-match",
+    "config-type-ignored",
+];
+
+struct Findings<'a> {
+    entry: &'a WorkloadEntry,
+    out: Vec<Lint>,
+}
+
+impl Findings<'_> {
+    fn push(&mut self, severity: Severity, check: &'static str, message: String) {
+        debug_assert!(CHECKS.contains(&check), "undocumented check {check}");
+        self.out.push(Lint {
+            severity,
+            check,
+            kind: self.entry.key.kind,
+            namespace: self.entry.key.namespace.to_string(),
+            name: self.entry.key.name.to_string(),
+            message,
+        });
+    }
+}
+
+/// Every finding for one workload. `annotations` is what the policy parser read
+/// ([`crate::policy::ReloadPolicy::read`]); `explanation` the verdict for each candidate config.
+pub fn lint_workload(
+    entry: &WorkloadEntry,
+    annotations: &[AnnotationRead],
+    explanation: &Explanation,
+    ns: &NamespaceFacts,
+) -> Vec<Lint> {
+    let mut f = Findings {
+        entry,
+        out: Vec::new(),
+    };
+    if annotations.is_empty() {
+        return f.out;
+    }
+    annotation_findings(&mut f, annotations);
+    list_findings(&mut f, ns);
+    verdict_findings(&mut f, explanation, ns);
+    // Only when nothing more precise says why.
+    if f.out.is_empty() && !entry.policy.is_inert() && !explanation.configs.iter().any(|c| c.reload)
+    {
+        f.push(
+            Severity::Warning,
+            "nothing-to-act-on",
+            "the reload annotations apply to no config this workload uses or names: no change \
+             can reload it"
+                .into(),
+        );
+    }
+    f.out
+}
+
+fn annotation_findings(f: &mut Findings<'_>, annotations: &[AnnotationRead]) {
+    for problem in &f.entry.policy.problems {
+        let check = match problem {
+            PolicyProblem::InvalidPattern { .. } => "invalid-regex",
+            PolicyProblem::InvalidPausePeriod { .. } => "invalid-pause-period",
+            PolicyProblem::UnknownRolloutStrategy { .. } => "invalid-rollout-strategy",
+        };
+        f.push(Severity::Error, check, problem.to_string());
+    }
+    for a in annotations {
+        let is_bool = a.problem.as_deref().is_some_and(|p| p.contains("boolean"));
+        if a.read && is_bool {
+            let problem = a.problem.clone().unwrap_or_default();
+            f.push(
+                Severity::Error,
+                "invalid-bool",
+                format!("{}: {problem}", a.key),
+            );
+        } else if a.read && a.problem.as_deref().is_some_and(|p| p.contains("exactly")) {
+            let problem = a.problem.clone().unwrap_or_default();
+            f.push(
+                Severity::Warning,
+                "search-not-true",
+                format!("{}: {problem}", a.key),
+            );
+        } else if !a.read {
+            let note = a.note.clone().unwrap_or_default();
+            f.push(
+                Severity::Warning,
+                "annotation-not-read",
+                format!(
+                    "{}={:?} on the {}: {note}",
+                    a.key,
+                    a.value,
+                    a.source.as_str()
+                ),
+            );
+        }
+    }
+}
+
+fn list_findings(f: &mut Findings<'_>, ns: &NamespaceFacts) {
+    let policy = f.entry.policy.clone();
+    for kind in ConfigKind::ALL {
+        let exists = |name: &str| ns.configs.contains_key(&(kind, name.to_string()));
+        for pattern in &policy.for_type(kind).explicit {
+            match pattern {
+                NamePattern::Literal(name) if !exists(name) => f.push(
+                    Severity::Error,
+                    "missing-config",
+                    format!("the {kind} reload list names '{name}', which does not exist"),
+                ),
+                NamePattern::Regex(re)
+                    if !ns.configs.keys().any(|(k, n)| *k == kind && re.is_match(n)) =>
+                {
+                    f.push(
+                        Severity::Warning,
+                        "list-matches-nothing",
+                        format!(
+                            "the {kind} reload list entry '{}' matches no {kind} in the namespace",
+                            re.as_str()
+                        ),
+                    )
+                }
+                _ => {}
+            }
+        }
+        for excluded in &policy.excludes[type_index(kind)] {
+            if let Some(p) = policy
+                .for_type(kind)
+                .explicit
+                .iter()
+                .find(|p| p.matches(excluded))
+            {
+                let entry = match p {
+                    NamePattern::Literal(l) => l.to_string(),
+                    NamePattern::Regex(r) => r.as_str().to_string(),
+                };
+                f.push(
+                    Severity::Error,
+                    "exclude-conflict",
+                    format!(
+                        "'{excluded}' is both excluded and named by the {kind} reload list \
+                         ('{entry}'): the exclude wins, it never reloads"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn verdict_findings(f: &mut Findings<'_>, e: &Explanation, ns: &NamespaceFacts) {
+    let policy = f.entry.policy.clone();
+    for kind in ConfigKind::ALL {
+        let t = policy.for_type(kind);
+        let of_kind = || {
+            e.configs
+                .iter()
+                .filter(move |c| c.kind == kind && c.referenced)
+        };
+        if t.typed_auto == Toggle::True && of_kind().next().is_none() {
+            f.push(
+                Severity::Warning,
+                "typed-auto-without-config",
+                format!("the {kind} auto annotation is on, but the pod template uses no {kind}"),
+            );
+        }
+    }
+    let search_kinds: Vec<ConfigKind> = ConfigKind::ALL
+        .into_iter()
+        .filter(|k| policy.for_type(*k).search)
+        .collect();
+    let matched = e.configs.iter().any(|c| {
+        search_kinds.contains(&c.kind)
+            && c.referenced
+            && ns
+                .configs
+                .get(&(c.kind, c.name.clone()))
+                .is_some_and(|s| s.matched)
+    });
+    if !search_kinds.is_empty() && !matched {
+        f.push(
+            Severity::Warning,
+            "search-without-match",
+            "search is on, but no config the pod template uses has match: \"true\"".into(),
+        );
+    }
+    for c in &e.configs {
+        if c.reason == NoReason::ConfigTypeNotWatched.as_str() && c.table_reload {
+            f.push(
+                Severity::Error,
+                "config-type-ignored",
+                format!(
+                    "{}/{} is used, but the controller does not watch {}s \
+                     (--resources-to-ignore or --enable-csi-integration)",
+                    c.kind, c.name, c.kind
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AnnotationKeys, Flags, Settings};
+    use crate::explain::report::{ConfigSeen, ExplainContext, explain};
+    use crate::index::workload_entry;
+    use crate::model::WorkloadKind;
+    use crate::policy::ReloadPolicy;
+    use clap::Parser;
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
+
+    fn lint(annotations: Value, container: Value, flags: &[&str]) -> Vec<&'static str> {
+        let mut app = container;
+        app["name"] = json!("app");
+        let obj = json!({
+            "metadata": {"name": "w", "namespace": "ns", "annotations": annotations},
+            "spec": {"template": {"spec": {"containers": [app]}}}
+        });
+        let keys = AnnotationKeys::default();
+        let entry = workload_entry(WorkloadKind::Deployment, &obj, &keys).unwrap();
+        let meta: BTreeMap<String, String> =
+            serde_json::from_value(obj["metadata"]["annotations"].clone()).unwrap();
+        let reading = ReloadPolicy::read(&keys, &meta, &BTreeMap::new());
+        let mut ns = NamespaceFacts {
+            selected: true,
+            ..Default::default()
+        };
+        for (kind, name) in [(ConfigKind::ConfigMap, "cfg"), (ConfigKind::Secret, "db")] {
+            ns.configs.insert(
+                (kind, name.into()),
+                ConfigSeen {
+                    selected: true,
+                    hash: Some("h".into()),
+                    ..Default::default()
+                },
+            );
+        }
+        let argv = std::iter::once("kube-reloader").chain(flags.iter().copied());
+        let settings = Settings::try_from(Flags::try_parse_from(argv).unwrap()).unwrap();
+        let spec = serde_json::from_value(obj["spec"]["template"]["spec"].clone()).unwrap();
+        let none = |_: ConfigKind, _: &str| None;
+        let ctx = ExplainContext {
+            settings: &settings,
+            namespace: &ns,
+            spec: Some(&spec),
+            recorded: &none,
+        };
+        let e = explain(&ctx, &entry, Vec::new(), None);
+        lint_workload(&entry, &reading.annotations, &e, &ns)
+            .into_iter()
+            .map(|l| l.check)
+            .collect()
+    }
+
+    #[test]
+    fn each_check() {
+        let cfg = json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]});
+        let db = json!({"envFrom": [{"secretRef": {"name": "db"}}]});
+        let none = json!({});
+        let cases = [
+            (
+                json!({"configmap.reloader.stakater.com/reload": "cfg,nope"}),
+                &none,
+                vec![],
+                "missing-config",
+            ),
+            (
+                json!({"configmap.reloader.stakater.com/reload": "x-.*"}),
+                &none,
+                vec![],
+                "list-matches-nothing",
+            ),
+            (
+                json!({"configmap.reloader.stakater.com/reload": "cfg,bad["}),
+                &none,
+                vec![],
+                "invalid-regex",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "5 min"}),
+                &cfg,
+                vec![],
+                "invalid-pause-period",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "yes"}),
+                &cfg,
+                vec![],
+                "invalid-bool",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true"}),
+                &none,
+                vec![],
+                "nothing-to-act-on",
+            ),
+            (
+                json!({"secret.reloader.stakater.com/auto": "true"}),
+                &cfg,
+                vec![],
+                "typed-auto-without-config",
+            ),
+            (
+                json!({"configmap.reloader.stakater.com/reload": "cfg", "configmaps.exclude.reloader.stakater.com/reload": "cfg"}),
+                &none,
+                vec![],
+                "exclude-conflict",
+            ),
+            (
+                json!({"reloader.stakater.com/search": "true"}),
+                &cfg,
+                vec![],
+                "search-without-match",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true"}),
+                &db,
+                vec!["--resources-to-ignore=secrets"],
+                "config-type-ignored",
+            ),
+        ];
+        for (annotations, container, flags, check) in cases {
+            let found = lint(annotations.clone(), container.clone(), &flags);
+            assert!(found.contains(&check), "{annotations}: {found:?}");
+        }
+        assert_eq!(
+            lint(json!({"reloader.stakater.com/auto": "true"}), cfg, &[]),
+            Vec::<&str>::new()
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! `/debug/explain`: the same verdicts, answered by the running controller from its live index,
+//! with which replica owns the namespace and the workload's state in the write queue.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::index::ReverseIndex;
+use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
+use crate::rollout::{QueueObserver, ReloadQueue, WorkloadWriter};
+use crate::shard::Ownership;
+
+use super::report::{ConfigSeen, ExplainContext, Explanation, NamespaceFacts, explain};
+
+/// A workload's state in the write queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum QueueState {
+    /// Nothing queued for it.
+    Idle,
+    /// Changes wait for their write.
+    Pending,
+    /// A write is in flight.
+    InFlight,
+    /// The last write failed; retried at `until` (RFC 3339).
+    Backoff { until: String, last_error: String },
+    /// Held (minimum reload interval, pause) until `until` (RFC 3339).
+    Held { until: String },
+}
+
+/// Where the queue state comes from: today the queue's pending / in-flight sets; the queue's
+/// fuller `inspect` (backoff and holds) plugs in here without touching this module.
+pub trait QueueInspect: Send + Sync + 'static {
+    fn queue_state(&self, key: &WorkloadKey) -> QueueState;
+}
+
+impl<F> QueueInspect for F
+where
+    F: Fn(&WorkloadKey) -> QueueState + Send + Sync + 'static,
+{
+    fn queue_state(&self, key: &WorkloadKey) -> QueueState {
+        self(key)
+    }
+}
+
+/// Which replica acts on the namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardReport {
+    /// This replica (POD_NAME), when sharding or HA is on.
+    pub me: Option<String>,
+    /// The namespace's owner in the current assignment (`None`: no assignment yet, or a single
+    /// unsharded replica, which owns everything it selects).
+    pub owner: Option<String>,
+    /// This replica acts on the namespace now.
+    pub owned_here: bool,
+    /// Not ignored and selected by the namespace selector.
+    pub selected: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveAnswer {
+    /// The workload is in this replica's index.
+    pub indexed: bool,
+    pub shard: ShardReport,
+    pub queue: QueueState,
+    /// A Deployment paused by kube-reloader (pause period): when it is resumed (RFC 3339).
+    pub paused_until: Option<String>,
+    /// The verdicts, when indexed (no container names or annotation sources: the index keeps
+    /// neither the pod spec nor the raw annotations; `kube-reloader explain` shows them).
+    pub explanation: Option<Explanation>,
+}
+
+/// Answers `/debug/explain` from the controller's own state.
+pub struct LiveExplainer {
+    pub index: Arc<ReverseIndex>,
+    pub ownership: Arc<Ownership>,
+    pub settings: Arc<Settings>,
+    pub queue: Box<dyn QueueInspect>,
+}
+
+/// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.
+pub fn parse_workload_kind(kind: &str) -> Option<WorkloadKind> {
+    let lower = kind.to_ascii_lowercase();
+    WorkloadKind::ALL.into_iter().find(|k| {
+        let name = k.as_str().to_ascii_lowercase();
+        lower == name || lower == format!("{name}s")
+    })
+}
+
+impl LiveExplainer {
+    fn shard(&self, namespace: &str) -> ShardReport {
+        let shard = self.ownership.shard();
+        ShardReport {
+            me: shard.map(|s| s.me.clone()),
+            owner: shard.and_then(|s| {
+                let view = s.view();
+                view.current
+                    .as_ref()
+                    .and_then(|a| a.owner(namespace).map(String::from))
+            }),
+            owned_here: self.ownership.owns(namespace),
+            selected: self.ownership.selects(namespace),
+        }
+    }
+
+    fn namespace_facts(&self, namespace: &str) -> NamespaceFacts {
+        let mut facts = NamespaceFacts {
+            selected: self.ownership.selects(namespace),
+            ..Default::default()
+        };
+        for kind in ConfigKind::ALL {
+            for key in self.index.config_keys(kind, Some(namespace)) {
+                let Some(state) = self.index.config(&key) else {
+                    continue;
+                };
+                facts.configs.insert(
+                    (kind, key.name.to_string()),
+                    ConfigSeen {
+                        ignore: state.ignore,
+                        matched: state.matched,
+                        // Only configs the label selector selects reach the index.
+                        selected: true,
+                        hash: Some(state.digest.reloader_hash()),
+                    },
+                );
+            }
+        }
+        facts
+    }
+
+    /// The answer for one workload; `only`: for that config alone (listed or not).
+    pub fn answer(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        only: Option<(ConfigKind, &str)>,
+    ) -> LiveAnswer {
+        let key = WorkloadKey::new(kind, namespace, name);
+        let entry = self.index.workload(&key);
+        let ns = self.namespace_facts(namespace);
+        let no_recorded = |_: ConfigKind, _: &str| None;
+        let explanation = entry.as_ref().map(|entry| {
+            let ctx = ExplainContext {
+                settings: &self.settings,
+                namespace: &ns,
+                spec: None,
+                recorded: &no_recorded,
+            };
+            explain(&ctx, entry, Vec::new(), only)
+        });
+        let paused_until = entry.as_ref().and_then(|e| {
+            let period = i64::try_from(e.policy.pause_period?.as_secs()).ok()?;
+            let until = jiff::Timestamp::from_second(e.paused_at?.checked_add(period)?).ok()?;
+            Some(until.to_string())
+        });
+        LiveAnswer {
+            indexed: entry.is_some(),
+            paused_until,
+            shard: self.shard(namespace),
+            queue: self.queue.queue_state(&key),
+            explanation,
+        }
+    }
+}
+
+/// Today's queue as a [`QueueInspect`]: pending or in flight (the lead wires the queue's
+/// `inspect` here once it exists, adding backoff and holds).
+pub fn queue_inspector<W, O>(queue: ReloadQueue<W, O>) -> impl QueueInspect
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+{
+    move |key: &WorkloadKey| match queue.key_state(key) {
+        (_, true) => QueueState::InFlight,
+        (true, false) => QueueState::Pending,
+        (false, false) => QueueState::Idle,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AnnotationKeys, Flags};
+    use crate::digest::{ConfigPayload, digest_payload};
+    use crate::index::{ConfigState, workload_entry};
+    use crate::model::ConfigKey;
+    use clap::Parser;
+    use serde_json::json;
+
+    fn explainer(queue: QueueState) -> LiveExplainer {
+        let index = Arc::new(ReverseIndex::new());
+        let obj = json!({
+            "metadata": {"name": "web", "namespace": "ns",
+                         "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "app", "envFrom": [{"configMapRef": {"name": "cfg"}}]}
+            ]}}}
+        });
+        index.apply_workload(
+            workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap(),
+        );
+        let digest = digest_payload(ConfigPayload::ConfigMap {
+            data: [("k".to_string(), "v".to_string())].into(),
+            binary_data: Default::default(),
+        });
+        index.apply_config(
+            ConfigKey::new(ConfigKind::ConfigMap, "ns", "cfg"),
+            ConfigState {
+                digest,
+                ignore: true,
+                matched: false,
+                resource_version: 1,
+            },
+        );
+        let flags = Flags::try_parse_from(["kube-reloader", "--namespaces-to-ignore=other"]);
+        LiveExplainer {
+            index,
+            ownership: Arc::new(Ownership::new(["other".to_string()], false)),
+            settings: Arc::new(Settings::try_from(flags.unwrap()).unwrap()),
+            queue: Box::new(move |_: &WorkloadKey| queue.clone()),
+        }
+    }
+
+    #[test]
+    fn answers_from_the_index_with_shard_and_queue_state() {
+        let live = explainer(QueueState::Pending);
+        let a = live.answer(WorkloadKind::Deployment, "ns", "web", None);
+        assert!(a.indexed && a.shard.owned_here && a.shard.selected);
+        assert_eq!(a.shard.owner, None, "unsharded");
+        assert_eq!(a.queue, QueueState::Pending);
+        let e = a.explanation.unwrap();
+        assert_eq!(e.configs.len(), 1);
+        assert_eq!(
+            (e.configs[0].reload, e.configs[0].reason),
+            (false, "config_ignored")
+        );
+        assert_eq!(
+            e.configs[0].hash_state,
+            super::super::report::HashState::NeverReloaded
+        );
+        let a = live.answer(WorkloadKind::Deployment, "other", "web", None);
+        assert!(!a.indexed && !a.shard.selected && a.explanation.is_none());
+        assert_eq!(
+            parse_workload_kind("statefulsets"),
+            Some(WorkloadKind::StatefulSet)
+        );
+        assert_eq!(parse_workload_kind("Pod"), None);
+    }
+}
