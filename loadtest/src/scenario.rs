@@ -40,13 +40,19 @@ pub enum Scenario {
     /// Deployments with a pause period, each changed several times within one period: one
     /// pause, one rollout, resumed when the period ends.
     Pause,
+    /// One tenant's ConfigMap used by many Deployments changes once while 20 quiet tenants
+    /// change one ConfigMap per second each: quiet reloads do not wait for the fan-out.
+    NoisyNeighbour,
+    /// Writes in one namespace fail (an unreachable admission webhook) while 20 quiet tenants
+    /// change configs; once it is removed every poisoned workload is reloaded once.
+    Poisoned,
     /// Every scenario above, one after the other.
     All,
 }
 
 impl Scenario {
     /// What `all` runs.
-    pub const EACH: [Scenario; 14] = [
+    pub const EACH: [Scenario; 16] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -61,6 +67,8 @@ impl Scenario {
         Scenario::Mixed,
         Scenario::Cardinality,
         Scenario::Pause,
+        Scenario::NoisyNeighbour,
+        Scenario::Poisoned,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +87,8 @@ impl Scenario {
             Scenario::Mixed => "mixed",
             Scenario::Cardinality => "cardinality",
             Scenario::Pause => "pause",
+            Scenario::NoisyNeighbour => "noisy-neighbour",
+            Scenario::Poisoned => "poisoned",
             Scenario::All => "all",
         }
     }
@@ -135,6 +145,19 @@ pub struct Plan {
     /// Extra workloads created per second, each deleted `churn_lifetime_s` later (churn).
     pub churn_rate: f64,
     pub churn_lifetime_s: f64,
+    /// noisy-neighbour / poisoned: quiet tenants (one ConfigMap change per second each), the
+    /// noisy tenant's fan-out, the poisoned Deployments and how long they stay poisoned.
+    pub quiet_tenants: usize,
+    pub noisy_width: usize,
+    pub poisoned_workloads: usize,
+    pub poisoned_for_s: f64,
+    /// --max-retry-backoff given to the controller (poisoned).
+    pub max_backoff_s: f64,
+    /// Namespaces grouped into tenants by a label, the controller run with --tenant-label.
+    pub tenant_groups: bool,
+    /// The controller's default --max-patches-per-second and --patch-burst.
+    pub default_rate: u32,
+    pub default_burst: u32,
     /// Wait for a cluster at rest (kube-controller-manager done, writes < 20/s) before starting
     /// the controller: medium and large, where start-up is measured; small checks correctness.
     pub wait_for_rest: bool,
@@ -176,6 +199,14 @@ impl Plan {
             replicas: 1,
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
+            quiet_tenants: 20,
+            noisy_width: if big { 10_000 } else { 500 },
+            poisoned_workloads: 100,
+            poisoned_for_s: if big { 60.0 } else { 8.0 },
+            max_backoff_s: if big { 30.0 } else { 5.0 },
+            tenant_groups: false,
+            default_rate: 50,
+            default_burst: 100,
             wait_for_rest: big,
             warmup_s: if big { 5.0 } else { 0.5 },
             settle_s: if big { 10.0 } else { 1.5 },
@@ -210,6 +241,8 @@ impl Plan {
                 };
             }
             Scenario::Restart => p.changes = if big { 600 } else { 50 },
+            // One namespace per quiet tenant at small (the standard 200 workloads over them).
+            Scenario::NoisyNeighbour | Scenario::Poisoned if !big => p.namespaces = 20,
             _ => {}
         }
         p.kill_after = p.changes / 3;
@@ -227,8 +260,23 @@ impl Plan {
             Scenario::Sharded => {
                 "--sharding --lease-duration=4s --renew-deadline=3s --retry-period=1s".into()
             }
+            Scenario::NoisyNeighbour | Scenario::Poisoned => {
+                let mut flags = Vec::new();
+                if scenario == Scenario::Poisoned {
+                    flags.push(format!("--max-retry-backoff={}s", self.max_backoff_s));
+                }
+                if self.tenant_groups {
+                    flags.push(format!("--tenant-label={}", crate::tenancy::TENANT_LABEL));
+                }
+                flags.join(" ")
+            }
             _ => String::new(),
         }
+    }
+
+    /// Namespaces per quiet tenant: 2 with tenant groups.
+    pub fn namespaces_per_quiet_tenant(&self) -> usize {
+        if self.tenant_groups { 2 } else { 1 }
     }
 
     pub fn settle(&self) -> Duration {

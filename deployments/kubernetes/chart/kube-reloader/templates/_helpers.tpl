@@ -256,6 +256,9 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- $a = append $a (printf "--max-patches-per-second=%v" ($r.maxPatchesPerSecond | int)) -}}
 {{- $a = append $a (printf "--patch-burst=%v" ($r.patchBurst | int)) -}}
 {{- $a = append $a (printf "--min-reload-interval=%s" $r.minReloadInterval) -}}
+{{- with $r.maxPatchesPerSecondPerTenant }}{{ $a = append $a (printf "--max-patches-per-second-per-tenant=%v" .) }}{{ end -}}
+{{- with $r.maxRetryBackoff }}{{ $a = append $a (printf "--max-retry-backoff=%s" .) }}{{ end -}}
+{{- with $v.tenantLabel }}{{ $a = append $a (printf "--tenant-label=%s" .) }}{{ end -}}
 {{- with $v.digestWorkers }}{{ $a = append $a (printf "--digest-workers=%v" (. | int)) }}{{ end -}}
 {{- toYaml $a -}}
 {{- end -}}
