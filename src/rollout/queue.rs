@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -130,8 +130,6 @@ pub struct WriteTurn<'a> {
     limiter: &'a WriteLimiter,
     /// Nanoseconds waited for the limiter, `u64::MAX` while the turn has not been taken.
     waited_nanos: AtomicU64,
-    /// The dispatch this attempt belongs to, told when the turn is taken.
-    before_turn: Option<&'a BeforeTurn>,
 }
 
 impl<'a> WriteTurn<'a> {
@@ -139,14 +137,6 @@ impl<'a> WriteTurn<'a> {
         Self {
             limiter,
             waited_nanos: AtomicU64::new(u64::MAX),
-            before_turn: None,
-        }
-    }
-
-    fn of_dispatch(limiter: &'a WriteLimiter, before_turn: &'a BeforeTurn) -> Self {
-        Self {
-            before_turn: Some(before_turn),
-            ..Self::new(limiter)
         }
     }
 
@@ -158,9 +148,6 @@ impl<'a> WriteTurn<'a> {
         }
         let started = Instant::now();
         self.limiter.until_ready().await;
-        if let Some(before_turn) = self.before_turn {
-            before_turn.passed();
-        }
         let waited = started.elapsed();
         let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX - 1);
         self.waited_nanos.store(nanos, Ordering::Relaxed);
@@ -173,42 +160,6 @@ impl<'a> WriteTurn<'a> {
             u64::MAX => None,
             nanos => Some(Duration::from_nanos(nanos)),
         }
-    }
-}
-
-/// Counts dispatched writes that have not taken their limiter turn yet (reading the workload,
-/// or waiting for the limiter). The dispatcher keeps that number small: when the limiter is the
-/// bottleneck, writes wait in the scheduler, where tenants take turns, and not in the limiter,
-/// which serves whoever asked first (32 noisy writes waiting there would put a quiet tenant's
-/// write 32 turns back).
-struct BeforeTurn {
-    count: Arc<AtomicUsize>,
-    wake: Arc<Notify>,
-    done: AtomicBool,
-}
-
-impl BeforeTurn {
-    fn new(count: Arc<AtomicUsize>, wake: Arc<Notify>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self {
-            count,
-            wake,
-            done: AtomicBool::new(false),
-        }
-    }
-
-    /// The turn was taken, or the attempt ended without one.
-    fn passed(&self) {
-        if !self.done.swap(true, Ordering::SeqCst) {
-            self.count.fetch_sub(1, Ordering::SeqCst);
-            self.wake.notify_one();
-        }
-    }
-}
-
-impl Drop for BeforeTurn {
-    fn drop(&mut self) {
-        self.passed();
     }
 }
 
@@ -291,13 +242,6 @@ impl Default for QueueSettings {
 }
 
 impl QueueSettings {
-    /// Dispatched writes allowed before their limiter turn: enough to keep the limiter busy
-    /// (a read takes milliseconds), few enough that a quiet tenant's write is never more than
-    /// this many writes behind when the limiter is the bottleneck.
-    fn before_turn_limit(&self) -> usize {
-        (self.concurrency / 4).max(1)
-    }
-
     fn scheduler(&self) -> SchedulerSettings {
         SchedulerSettings {
             concurrency: self.concurrency,
@@ -318,8 +262,11 @@ struct Inner<W, O> {
     limiter: WriteLimiter,
     tenants: Arc<Tenants>,
     settings: QueueSettings,
-    /// Dispatched writes before their limiter turn (see [`BeforeTurn`]).
-    before_turn: Arc<AtomicUsize>,
+    /// Paces dispatches at the limiter's rate (same quota). Without it, when the limiter is the
+    /// bottleneck, up to `concurrency` writes would wait in the limiter, which serves whoever
+    /// asked first: a quiet tenant's write would queue behind 32 noisy ones there. Paced, writes
+    /// wait in the scheduler, where tenants take turns, and the limiter stays the outer bound.
+    pacer: DefaultDirectRateLimiter,
 }
 
 /// The scheduler's clock: tokio's, so that tests with `tokio::time::pause` drive it.
@@ -363,6 +310,9 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
         tenants: Arc<Tenants>,
     ) -> Self {
         let wake = Arc::new(Notify::new());
+        let pacer = RateLimiter::direct(
+            Quota::per_second(settings.max_per_second).allow_burst(settings.burst),
+        );
         let inner = Arc::new(Inner {
             scheduler: Mutex::new(Scheduler::new(settings.scheduler(), default_jitter())),
             wake: wake.clone(),
@@ -371,7 +321,7 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
             limiter,
             tenants,
             settings,
-            before_turn: Arc::new(AtomicUsize::new(0)),
+            pacer,
         });
         tokio::spawn(dispatch(Arc::downgrade(&inner), wake));
         Self { inner }
@@ -463,31 +413,32 @@ async fn dispatch<W: WorkloadWriter, O: QueueObserver>(
 }
 
 fn start_ready<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>) -> Option<Instant> {
-    let limit = inner.settings.before_turn_limit();
     let (started, next_wake, stats) = {
         let mut scheduler = inner.scheduler.lock().expect("queue lock");
         let now = now();
         let mut started = Vec::new();
-        let mut held_back = false;
-        loop {
-            if inner.before_turn.load(Ordering::SeqCst) >= limit {
-                held_back = true;
+        let mut paced_until = None;
+        while scheduler.has_ready(now) {
+            if let Err(not_until) = inner.pacer.check() {
+                let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                    &governor::clock::DefaultClock::default(),
+                ));
+                paced_until = Some(now + wait);
                 break;
             }
-            let Some(job) = scheduler.next(now) else {
-                break;
-            };
-            let before_turn = BeforeTurn::new(inner.before_turn.clone(), inner.wake.clone());
-            started.push((job, before_turn));
+            let Some(job) = scheduler.next(now) else { break };
+            started.push(job);
         }
-        // Held back by the writes before their turn: the next one passing it wakes us up.
-        let next_wake = (!held_back).then(|| scheduler.next_wake()).flatten();
+        let next_wake = match (scheduler.next_wake(), paced_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         (started, next_wake, scheduler.stats())
     };
     inner.observer.queue_stats(&stats);
-    for (job, before_turn) in started {
+    for job in started {
         inner.observer.queue_wait(job.waited);
-        tokio::spawn(process(inner.clone(), job, before_turn));
+        tokio::spawn(process(inner.clone(), job));
     }
     next_wake
 }
@@ -497,7 +448,6 @@ fn start_ready<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>) ->
 async fn process<W: WorkloadWriter, O: QueueObserver>(
     inner: Arc<Inner<W, O>>,
     job: Dispatch<QueuedChange>,
-    before_turn: BeforeTurn,
 ) {
     let Dispatch {
         key,
@@ -512,10 +462,9 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(
         .first()
         .map(|c| c.span.clone())
         .unwrap_or_else(Span::none);
-    let result = write_attempt(&inner, &key, &changes, &before_turn)
+    let result = write_attempt(&inner, &key, &changes)
         .instrument(span.clone())
         .await;
-    before_turn.passed();
     let retry = match &result {
         Err(WriteError::NotYet(reason)) => {
             debug!(workload = %key, reason, "holding the write");
@@ -603,11 +552,10 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
     inner: &Inner<W, O>,
     key: &WorkloadKey,
     changes: &[QueuedChange],
-    before_turn: &BeforeTurn,
 ) -> Result<WriteOutcome, WriteError> {
     let mut conflicts = 0u32;
     loop {
-        let turn = WriteTurn::of_dispatch(&inner.limiter, before_turn);
+        let turn = WriteTurn::new(&inner.limiter);
         let result = inner.writer.write(key, changes, &turn).await;
         if let Some(waited) = turn.waited() {
             inner.observer.limiter_wait(waited);

@@ -351,6 +351,16 @@ impl<C: Coalesce> Scheduler<C> {
         Some(dispatch)
     }
 
+    /// Whether [`Self::next`] would start a write now (a slot free and a tenant with ready work;
+    /// a tenant over its own rate may still make it return `None`).
+    pub fn has_ready(&mut self, now: Instant) -> bool {
+        if self.in_flight >= self.settings.concurrency.max(1) {
+            return false;
+        }
+        self.fire_timers(now);
+        self.classes.iter().any(|c| !c.turns.is_empty())
+    }
+
     /// When [`Self::next`] may have something new without any other call: the earliest timer or
     /// the end of a tenant's rate wait (`None` while every slot is busy: a completion comes first).
     pub fn next_wake(&self) -> Option<Instant> {
