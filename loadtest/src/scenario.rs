@@ -148,6 +148,8 @@ pub struct Plan {
     /// noisy-neighbour / poisoned: quiet tenants (one ConfigMap change per second each), the
     /// noisy tenant's fan-out, the poisoned Deployments and how long they stay poisoned.
     pub quiet_tenants: usize,
+    /// Each quiet tenant changes one ConfigMap every this many seconds.
+    pub quiet_period_s: f64,
     pub noisy_width: usize,
     pub poisoned_workloads: usize,
     pub poisoned_for_s: f64,
@@ -200,9 +202,12 @@ impl Plan {
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
             quiet_tenants: 20,
+            // Small runs in CI on 2 shared cores, where the API server takes ~15 writes/s:
+            // 20 quiet changes/s alone would exceed it.
+            quiet_period_s: if big { 1.0 } else { 5.0 },
             noisy_width: if big { 10_000 } else { 500 },
             poisoned_workloads: 100,
-            poisoned_for_s: if big { 60.0 } else { 8.0 },
+            poisoned_for_s: if big { 60.0 } else { 10.0 },
             max_backoff_s: if big { 30.0 } else { 5.0 },
             tenant_groups: false,
             default_rate: 50,

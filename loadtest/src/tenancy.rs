@@ -132,11 +132,12 @@ fn poisoned_population(pop: &mut Population, plan: &Plan) -> Vec<ConfigRef> {
         .collect()
 }
 
-/// Each quiet tenant changes one of its ConfigMaps per second (spread over the second) until
-/// `done` says so, for at least `min_s`.
+/// Each quiet tenant changes one of its ConfigMaps every `period_s` (the tenants spread over the
+/// period) until `done` says so, for at least `min_s`.
 async fn drive_quiet(
     ctx: &Arc<Ctx>,
     quiet: &[Vec<ConfigRef>],
+    period_s: f64,
     min_s: f64,
     max_s: f64,
     done: impl Fn() -> bool,
@@ -145,9 +146,9 @@ async fn drive_quiet(
     let mut tasks = tokio::task::JoinSet::new();
     let mut tick = 0usize;
     let mut sent = 0;
-    while (tick as f64) < max_s && ((tick as f64) < min_s || !done()) {
+    while (tick as f64 * period_s) < max_s && ((tick as f64 * period_s) < min_s || !done()) {
         for (i, configs) in quiet.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
-            let at = tick as f64 + i as f64 / quiet.len() as f64;
+            let at = (tick as f64 + i as f64 / quiet.len() as f64) * period_s;
             tokio::time::sleep_until(start + Duration::from_secs_f64(at)).await;
             let config = configs[tick % configs.len()].clone();
             let ctx = ctx.clone();
@@ -212,9 +213,10 @@ pub async fn drive_noisy(
     notes: &mut serde_json::Map<String, Value>,
 ) -> bool {
     log(&format!(
-        "noisy tenant: {} Deployments; {} quiet tenants changing one ConfigMap per second each",
+        "noisy tenant: {} Deployments; {} quiet tenants changing one ConfigMap every {}s each",
         plan.noisy_width,
-        tenancy.quiet.len()
+        tenancy.quiet.len(),
+        plan.quiet_period_s
     ));
     let t_noisy = ctx.now();
     futures::future::join_all(tenancy.special.iter().map(|c| ctx.change(c, None))).await;

@@ -426,7 +426,9 @@ fn start_ready<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>) ->
                 paced_until = Some(now + wait);
                 break;
             }
-            let Some(job) = scheduler.next(now) else { break };
+            let Some(job) = scheduler.next(now) else {
+                break;
+            };
             started.push(job);
         }
         let next_wake = match (scheduler.next_wake(), paced_until) {
