@@ -221,8 +221,11 @@ pub async fn drive_noisy(
     let t_noisy = ctx.now();
     futures::future::join_all(tenancy.special.iter().map(|c| ctx.change(c, None))).await;
     let max_s = plan.wait_base_s + plan.noisy_width as f64 / f64::from(plan.default_rate) * 2.0;
-    let quiet_sent =
-        drive_quiet(ctx, &tenancy.quiet, 3.0, max_s, || all_rolled(ctx, "noisy")).await;
+    let period = plan.quiet_period_s;
+    let quiet_sent = drive_quiet(ctx, &tenancy.quiet, period, 3.0, max_s, || {
+        all_rolled(ctx, "noisy")
+    })
+    .await;
     let ok = ctx
         .wait_reloads(Duration::from_secs_f64(plan.wait_base_s + 10.0))
         .await;
@@ -356,14 +359,8 @@ pub async fn drive_poisoned(
     ));
     let rss_start = rss_mib(controller_pid);
     futures::future::join_all(tenancy.special.iter().map(|c| ctx.change(c, None))).await;
-    let quiet_sent = drive_quiet(
-        ctx,
-        &tenancy.quiet,
-        plan.poisoned_for_s,
-        plan.poisoned_for_s,
-        || false,
-    )
-    .await;
+    let (period, for_s) = (plan.quiet_period_s, plan.poisoned_for_s);
+    let quiet_sent = drive_quiet(ctx, &tenancy.quiet, period, for_s, for_s, || false).await;
     // Let the last quiet ones land before judging them.
     let quiet_deadline = Instant::now() + Duration::from_secs_f64(plan.wait_base_s);
     while !all_rolled(ctx, "quiet") && Instant::now() < quiet_deadline {
