@@ -7,7 +7,8 @@
 //!   entries wait in their tenant's FIFO, and tenants with ready work take turns (round robin),
 //!   so a tenant with 10,000 pending writes delays another tenant's write by at most one turn.
 //! - **Priorities**: live changes go before background work (start-up reconciliation and
-//!   retries of failing writes); fairness holds within a priority.
+//!   retries of failing writes), and background work holds at most half the slots; fairness
+//!   holds within a priority.
 //! - **At most one write per workload in flight**, at most `concurrency` in flight overall, at
 //!   most one reload per workload per `min_reload_interval`, and optionally at most
 //!   `per_tenant_rate` writes per second per tenant.
@@ -163,6 +164,8 @@ struct Entry<C> {
     flight_since: Option<Instant>,
     priority: Priority,
     in_flight: bool,
+    /// The class its write in flight was started in.
+    flight_class: Priority,
     failures: u32,
     last_error: Option<String>,
     /// Not before this time, and why.
@@ -244,6 +247,9 @@ pub struct Scheduler<C> {
     tenant_load: HashMap<TenantId, usize>,
     next_ticket: u64,
     in_flight: usize,
+    /// Background writes in flight: at most half the slots, so retries of a failing namespace
+    /// and a start-up reconcile always leave room for live changes.
+    in_flight_background: usize,
     in_backoff: usize,
     /// Earliest time a tenant skipped for its rate may go again.
     throttled_until: Option<Instant>,
@@ -262,6 +268,7 @@ impl<C: Coalesce> Scheduler<C> {
             tenant_load: HashMap::new(),
             next_ticket: 1,
             in_flight: 0,
+            in_flight_background: 0,
             in_backoff: 0,
             throttled_until: None,
         }
@@ -287,6 +294,7 @@ impl<C: Coalesce> Scheduler<C> {
                     flight_since: None,
                     priority,
                     in_flight: false,
+                    flight_class: priority,
                     failures: 0,
                     last_error: None,
                     wait: None,
@@ -322,11 +330,18 @@ impl<C: Coalesce> Scheduler<C> {
         }
         self.fire_timers(now);
         self.throttled_until = None;
+        let background_slots = (self.settings.concurrency / 2).max(1);
+        let background_busy = self.in_flight_background;
         let (key, priority) = Priority::ALL
             .into_iter()
+            .filter(|p| *p == Priority::Live || background_busy < background_slots)
             .find_map(|p| self.pick(p, now).map(|k| (k, p)))?;
+        if priority == Priority::Background {
+            self.in_flight_background += 1;
+        }
         let entry = self.entries.get_mut(&key).expect("picked entries exist");
         entry.in_flight = true;
+        entry.flight_class = priority;
         entry.ticket = 0;
         entry.flight_since = entry.pending_since.take();
         let waited = entry
@@ -358,7 +373,10 @@ impl<C: Coalesce> Scheduler<C> {
             return false;
         }
         self.fire_timers(now);
-        self.classes.iter().any(|c| !c.turns.is_empty())
+        let background_slots = (self.settings.concurrency / 2).max(1);
+        !self.classes[Priority::Live.index()].turns.is_empty()
+            || (self.in_flight_background < background_slots
+                && !self.classes[Priority::Background.index()].turns.is_empty())
     }
 
     /// When [`Self::next`] may have something new without any other call: the earliest timer or
@@ -390,6 +408,9 @@ impl<C: Coalesce> Scheduler<C> {
         };
         if std::mem::replace(&mut entry.in_flight, false) {
             self.in_flight -= 1;
+            if entry.flight_class == Priority::Background {
+                self.in_flight_background -= 1;
+            }
         }
         let mut step = None;
         match completion {

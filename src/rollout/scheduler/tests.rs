@@ -408,3 +408,31 @@ fn the_concurrency_limit_counts_writes_in_flight() {
     assert_eq!(&*s.next(t0).unwrap().key.namespace, "c");
     assert_eq!(s.inspect(&wl("a", "x"), t0), None);
 }
+
+#[test]
+fn background_work_leaves_half_the_slots_to_live_changes() {
+    let t0 = Instant::now();
+    let mut s = scheduler(SchedulerSettings {
+        concurrency: 4,
+        ..SchedulerSettings::default()
+    });
+    for i in 0..10 {
+        add(
+            &mut s,
+            "retrying",
+            &format!("w{i}"),
+            Priority::Background,
+            t0,
+        );
+    }
+    assert_eq!(
+        drain_order(&mut s, t0).len(),
+        2,
+        "background took more than half"
+    );
+    assert!(!s.has_ready(t0));
+    add(&mut s, "live", "a", Priority::Live, t0);
+    add(&mut s, "live", "b", Priority::Live, t0);
+    assert!(s.has_ready(t0));
+    assert_eq!(drain_order(&mut s, t0), ["live/a", "live/b"]);
+}
