@@ -403,9 +403,7 @@ impl<C: Coalesce> Scheduler<C> {
         now: Instant,
     ) -> Option<FailureStep> {
         let settings = self.settings.clone();
-        let Some(entry) = self.entries.get_mut(key) else {
-            return None;
-        };
+        let entry = self.entries.get_mut(key)?;
         if std::mem::replace(&mut entry.in_flight, false) {
             self.in_flight -= 1;
             if entry.flight_class == Priority::Background {
