@@ -153,7 +153,8 @@ fn defaults_render_a_hardened_single_replica_watching_everything() {
             "--log-level=info",
             "--max-patches-per-second=50",
             "--patch-burst=100",
-            "--min-reload-interval=0s"
+            "--min-reload-interval=0s",
+            "--max-retry-backoff=30s"
         ]
     );
     let env_names: Vec<String> = env(&objects).into_iter().map(|(n, _)| n).collect();
