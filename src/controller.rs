@@ -14,7 +14,7 @@ use crate::engine::Engine;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::pause::PauseKeeper;
-use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue};
+use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue, Tenants, write_limiter};
 use crate::shard::coordinator::Coordinator;
 use crate::shard::{Ownership, ShardState};
 use crate::telemetry::api_requests::CountRequestsLayer;
@@ -43,6 +43,8 @@ fn queue_settings(settings: &Settings) -> QueueSettings {
             .try_into()
             .expect("validated non-zero"),
         burst: settings.patch_burst.try_into().expect("validated non-zero"),
+        per_tenant_rate: settings.per_tenant_rate,
+        backoff_cap: settings.max_retry_backoff,
         ..QueueSettings::default()
     }
 }
@@ -151,10 +153,15 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         None => (None, None),
     };
     let index = Arc::new(ReverseIndex::new());
-    let events = EventSink::new(client.clone(), pod_name.clone());
+    let queue_settings = queue_settings(&settings);
+    // One write budget for reloads, their Events and pause resumes.
+    let limiter = write_limiter(queue_settings.max_per_second, queue_settings.burst);
+    let events =
+        EventSink::new(client.clone(), pod_name.clone()).gated(ownership.clone(), limiter.clone());
     let pauses = PauseKeeper::new(
         client.clone(),
         ownership.clone(),
+        limiter.clone(),
         settings.keys.paused_at.clone(),
     );
     let writer = Arc::new(KubeWriter::new(
@@ -173,7 +180,8 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         alerter,
     });
-    let queue = ReloadQueue::start(writer, outcomes, queue_settings(&settings));
+    let tenants = Arc::new(Tenants::new(settings.tenant_label.clone()));
+    let queue = ReloadQueue::start_with(writer, outcomes, queue_settings, limiter, tenants);
     let mut engine = Engine::new(
         index.clone(),
         settings.clone(),

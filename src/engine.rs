@@ -14,7 +14,7 @@ use crate::decide::{
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::ConfigKey;
 use crate::rollout::template::TemplateChange;
-use crate::rollout::{QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
+use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).
@@ -36,6 +36,14 @@ pub struct Engine<W, O, C = ()> {
     observer: C,
     /// `--webhook-url`: config changes call it instead of rolling workloads.
     webhook: Option<crate::alert::ReloadWebhook>,
+}
+
+/// One config change for one workload, on its way to the queue.
+struct Change<'a> {
+    config: &'a ConfigKey,
+    hash: Option<String>,
+    reason: ReloadReason,
+    observed_at: Instant,
 }
 
 /// Why a config event arrived.
@@ -151,7 +159,13 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         for entry in self.index.candidates(key) {
             candidates += 1;
             if let Some(reason) = self.decide(key, state, &entry) {
-                self.enqueue(&entry, key, hash.clone(), reason, observed_at, &span);
+                let change = Change {
+                    config: key,
+                    hash: hash.clone(),
+                    reason,
+                    observed_at,
+                };
+                self.enqueue(&entry, change, Priority::Live, &span);
                 affected += 1;
             }
         }
@@ -200,12 +214,16 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     fn enqueue(
         &self,
         entry: &WorkloadEntry,
-        key: &ConfigKey,
-        hash: Option<String>,
-        reason: ReloadReason,
-        observed_at: Instant,
+        change: Change<'_>,
+        priority: Priority,
         parent: &Span,
     ) {
+        let Change {
+            config: key,
+            hash,
+            reason,
+            observed_at,
+        } = change;
         let span = info_span!(
             parent: parent,
             "reload",
@@ -222,7 +240,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             attempts = tracing::field::Empty,
         );
         crate::telemetry::tracing::annotate_workload(&span, &entry.key);
-        self.queue.enqueue(
+        self.queue.enqueue_as(
             entry.key.clone(),
             QueuedChange {
                 change: TemplateChange {
@@ -233,6 +251,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 observed_at,
                 span,
             },
+            priority,
         );
     }
 
@@ -275,7 +294,14 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                         config.name = %key.name,
                         missed_while_down = true,
                     );
-                    self.enqueue(&entry, &key, Some(hash), reason, Instant::now(), &span);
+                    let change = Change {
+                        config: &key,
+                        hash: Some(hash),
+                        reason,
+                        observed_at: Instant::now(),
+                    };
+                    // Behind live changes: a start-up must not delay what users change now.
+                    self.enqueue(&entry, change, Priority::Background, &span);
                     queued += 1;
                 }
             }

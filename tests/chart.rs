@@ -153,7 +153,8 @@ fn defaults_render_a_hardened_single_replica_watching_everything() {
             "--log-level=info",
             "--max-patches-per-second=50",
             "--patch-burst=100",
-            "--min-reload-interval=0s"
+            "--min-reload-interval=0s",
+            "--max-retry-backoff=30s"
         ]
     );
     let env_names: Vec<String> = env(&objects).into_iter().map(|(n, _)| n).collect();
@@ -673,11 +674,15 @@ fn every_reloader_value_renders_reloaders_flag() {
         ),
         (
             json!({"rateLimit": {"maxPatchesPerSecond": 10, "patchBurst": 20,
-                "minReloadInterval": "1m30s"}, "digestWorkers": 3}),
+                "minReloadInterval": "1m30s", "maxPatchesPerSecondPerTenant": 2,
+                "maxRetryBackoff": "1m"}, "digestWorkers": 3, "tenantLabel": "team"}),
             &[
                 "--max-patches-per-second=10",
                 "--patch-burst=20",
                 "--min-reload-interval=1m30s",
+                "--max-patches-per-second-per-tenant=2",
+                "--max-retry-backoff=1m",
+                "--tenant-label=team",
                 "--digest-workers=3",
             ],
         ),

@@ -41,6 +41,7 @@ struct Needs {
     scoped: bool,
     selector: bool,
     leases: bool,
+    tenants: bool,
     argo: bool,
     openshift: bool,
     csi: bool,
@@ -66,6 +67,7 @@ impl Needs {
                     .as_str()
                     .is_some_and(|s| !s.is_empty()),
             leases: on("enableHA") || sharding,
+            tenants: r["tenantLabel"].as_str().is_some_and(|s| !s.is_empty()),
             argo: on("isArgoRollouts"),
             openshift: on("isOpenshift") || openshift_served,
             csi: on("enableCSIIntegration"),
@@ -167,9 +169,9 @@ impl Needs {
         if !self.scoped || watched.iter().any(|w| w == namespace) {
             g.extend(self.watch());
         }
-        // Namespaces are read cluster-wide with a selector, and with HA or sharding (replicas
-        // split the cluster's namespaces), whatever the scope.
-        if self.selector || self.leases {
+        // Namespaces are read cluster-wide with a selector, with HA or sharding (replicas
+        // split the cluster's namespaces), and with a tenant label, whatever the scope.
+        if self.selector || self.leases || self.tenants {
             g.extend(grant_set(&[("", "namespaces", "", &["list", "watch"])]));
         }
         if namespace == release {
@@ -683,6 +685,15 @@ async fn scoped_mode_without_a_list_watches_the_release_namespace_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_selector_adds_reading_namespaces() {
     prove("selector", json!({"namespaceSelector": "SELF"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_label_adds_only_reading_namespaces_cluster_wide() {
+    prove(
+        "scoped-tenants",
+        json!({"watchGlobally": false, "tenantLabel": "kube-reloader-rbac"}),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@ mod report;
 mod scaling;
 mod scenario;
 mod sharded;
+mod tenancy;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -164,6 +165,11 @@ struct Args {
     /// Seed of the choices of configs to change.
     #[arg(long)]
     seed: Option<u64>,
+
+    /// noisy-neighbour / poisoned: group namespaces into tenants by a label and run the
+    /// controller with --tenant-label (result files `<scenario>-<scale>-tenants`).
+    #[arg(long)]
+    tenant_groups: bool,
 }
 
 #[tokio::main]
@@ -304,6 +310,7 @@ async fn run(args: Args) -> Result<bool> {
 fn result_name(args: &Args, scenario: Scenario) -> String {
     let replicas = match scenario {
         Scenario::Sharded => format!("-{}r", args.replicas),
+        Scenario::NoisyNeighbour | Scenario::Poisoned if args.tenant_groups => "-tenants".into(),
         _ => String::new(),
     };
     format!(
@@ -706,6 +713,13 @@ async fn run_one(
     if scenario == Scenario::Sharded {
         plan.replicas = usize::from(args.replicas);
     }
+    let tenancy_scenario = matches!(scenario, Scenario::NoisyNeighbour | Scenario::Poisoned);
+    if tenancy_scenario {
+        plan.tenant_groups = args.tenant_groups;
+        plan.namespaces = plan
+            .namespaces
+            .max(plan.quiet_tenants * plan.namespaces_per_quiet_tenant());
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64;
@@ -726,7 +740,11 @@ async fn run_one(
     pop.standard(plan.namespaces, plan.workloads);
     let standard = pop.workloads.len();
     let mut special: Vec<ConfigRef> = Vec::new();
+    let mut tenancy = None;
     match scenario {
+        Scenario::NoisyNeighbour | Scenario::Poisoned => {
+            tenancy = Some(tenancy::populate(&mut pop, scenario, &plan));
+        }
         // The standard population, its workloads referencing their configs in Reloader's other
         // ways (round robin), or spread over the workload kinds.
         Scenario::References => {
@@ -844,9 +862,14 @@ async fn run_one(
         &mut rng,
         standard,
         special,
+        tenancy.as_ref(),
         &initial_hashes,
     )
     .await;
+    if scenario == Scenario::Poisoned {
+        // Normally removed by the run; a failed run must not leave it refusing writes.
+        tenancy::unpoison(client, &run_id).await;
+    }
     cleanup(client.clone(), run_id.clone(), args.keep, args.concurrency).await;
     let mut report = result?;
     let passed = report["correctness"]["passed"].as_bool().unwrap_or(false);
@@ -886,6 +909,7 @@ async fn measure(
     rng: &mut Rng,
     standard: usize,
     special: Vec<ConfigRef>,
+    tenancy: Option<&tenancy::Tenancy>,
     initial_hashes: &BTreeMap<String, ConfigRef>,
 ) -> Result<Value> {
     let name = result_name(args, scenario);
@@ -1081,6 +1105,7 @@ async fn measure(
             let tag = match scenario {
                 Scenario::References => format!("{} {:?}", w.refs.name(), c.kind),
                 Scenario::Mixed => format!("{:?}", w.kind),
+                Scenario::NoisyNeighbour | Scenario::Poisoned => tenancy::tag(c),
                 _ => break,
             };
             config_tags.insert(c.clone(), tag);
@@ -1343,6 +1368,15 @@ async fn measure(
             let ((), chaos) = tokio::join!(drive, chaos);
             chaos?;
             ctx.wait_reloads(timeout_for(plan.changes)).await
+        }
+        Scenario::NoisyNeighbour => {
+            let tenancy = tenancy.context("the noisy-neighbour population")?;
+            tenancy::drive_noisy(&ctx, plan, tenancy, &mut notes).await
+        }
+        Scenario::Poisoned => {
+            let tenancy = tenancy.context("the poisoned population")?;
+            let pid = procs[0].pid;
+            tenancy::drive_poisoned(&ctx, plan, tenancy, pid, &mut notes).await?
         }
         Scenario::All => unreachable!(),
     };

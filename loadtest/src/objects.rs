@@ -172,6 +172,8 @@ pub struct Population {
     pub workloads: Vec<WorkloadSpec>,
     /// Config -> workload keys using it.
     pub users: BTreeMap<ConfigRef, Vec<String>>,
+    /// Labels some namespaces carry besides the run's (tenant groups, a webhook's selector).
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Population {
@@ -190,6 +192,13 @@ impl Population {
         let name = self.ns_name(suffix);
         self.namespaces.push(name.clone());
         name
+    }
+
+    pub fn label_namespace(&mut self, namespace: &str, key: &str, value: &str) {
+        self.namespace_labels
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(key.to_string(), value.to_string());
     }
 
     pub fn add_config(&mut self, config: ConfigRef, payload: Vec<u8>) {
@@ -512,8 +521,13 @@ pub async fn create_population(
 
     let ns_api: Api<Namespace> = Api::all(client.clone());
     futures::stream::iter(pop.namespaces.iter().map(|name| {
+        let mut metadata = meta(&run_id, None, name);
+        if let (Some(labels), Some(extra)) = (&mut metadata.labels, pop.namespace_labels.get(name))
+        {
+            labels.extend(extra.clone());
+        }
         let ns = Namespace {
-            metadata: meta(&run_id, None, name),
+            metadata,
             ..Default::default()
         };
         let api = ns_api.clone();

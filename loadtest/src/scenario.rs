@@ -43,13 +43,19 @@ pub enum Scenario {
     /// `steady` in namespaces that also hold what real ones do: Helm release history, a TLS
     /// Secret, ConfigMaps nobody references, kube-root-ca.crt.
     Realistic,
+    /// One tenant's ConfigMap used by many Deployments changes once while 20 quiet tenants
+    /// change one ConfigMap per second each: quiet reloads do not wait for the fan-out.
+    NoisyNeighbour,
+    /// Writes in one namespace fail (an unreachable admission webhook) while 20 quiet tenants
+    /// change configs; once it is removed every poisoned workload is reloaded once.
+    Poisoned,
     /// Every scenario above, one after the other.
     All,
 }
 
 impl Scenario {
     /// What `all` runs.
-    pub const EACH: [Scenario; 15] = [
+    pub const EACH: [Scenario; 17] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -65,6 +71,8 @@ impl Scenario {
         Scenario::Cardinality,
         Scenario::Pause,
         Scenario::Realistic,
+        Scenario::NoisyNeighbour,
+        Scenario::Poisoned,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +92,8 @@ impl Scenario {
             Scenario::Cardinality => "cardinality",
             Scenario::Pause => "pause",
             Scenario::Realistic => "realistic",
+            Scenario::NoisyNeighbour => "noisy-neighbour",
+            Scenario::Poisoned => "poisoned",
             Scenario::All => "all",
         }
     }
@@ -142,6 +152,21 @@ pub struct Plan {
     pub churn_lifetime_s: f64,
     /// Objects in every namespace that nothing uses (realistic).
     pub background: crate::objects::Background,
+    /// noisy-neighbour / poisoned: quiet tenants (one ConfigMap change per second each), the
+    /// noisy tenant's fan-out, the poisoned Deployments and how long they stay poisoned.
+    pub quiet_tenants: usize,
+    /// Each quiet tenant changes one ConfigMap every this many seconds.
+    pub quiet_period_s: f64,
+    pub noisy_width: usize,
+    pub poisoned_workloads: usize,
+    pub poisoned_for_s: f64,
+    /// --max-retry-backoff given to the controller (poisoned).
+    pub max_backoff_s: f64,
+    /// Namespaces grouped into tenants by a label, the controller run with --tenant-label.
+    pub tenant_groups: bool,
+    /// The controller's default --max-patches-per-second and --patch-burst.
+    pub default_rate: u32,
+    pub default_burst: u32,
     /// Wait for a cluster at rest (kube-controller-manager done, writes < 20/s) before starting
     /// the controller: medium and large, where start-up is measured; small checks correctness.
     pub wait_for_rest: bool,
@@ -184,6 +209,17 @@ impl Plan {
             churn_rate: 5.0,
             churn_lifetime_s: 2.0,
             background: Default::default(),
+            quiet_tenants: 20,
+            // Small runs in CI on 2 shared cores, where the API server takes ~15 writes/s:
+            // 20 quiet changes/s alone would exceed it.
+            quiet_period_s: if big { 1.0 } else { 5.0 },
+            noisy_width: if big { 10_000 } else { 500 },
+            poisoned_workloads: 100,
+            poisoned_for_s: if big { 60.0 } else { 10.0 },
+            max_backoff_s: if big { 30.0 } else { 5.0 },
+            tenant_groups: false,
+            default_rate: 50,
+            default_burst: 100,
             wait_for_rest: big,
             warmup_s: if big { 5.0 } else { 0.5 },
             settle_s: if big { 10.0 } else { 1.5 },
@@ -229,6 +265,8 @@ impl Plan {
                     unreferenced_configmaps: 2,
                 };
             }
+            // One namespace per quiet tenant at small (the standard 200 workloads over them).
+            Scenario::NoisyNeighbour | Scenario::Poisoned if !big => p.namespaces = 20,
             _ => {}
         }
         p.kill_after = p.changes / 3;
@@ -246,8 +284,23 @@ impl Plan {
             Scenario::Sharded => {
                 "--sharding --lease-duration=4s --renew-deadline=3s --retry-period=1s".into()
             }
+            Scenario::NoisyNeighbour | Scenario::Poisoned => {
+                let mut flags = Vec::new();
+                if scenario == Scenario::Poisoned {
+                    flags.push(format!("--max-retry-backoff={}s", self.max_backoff_s));
+                }
+                if self.tenant_groups {
+                    flags.push(format!("--tenant-label={}", crate::tenancy::TENANT_LABEL));
+                }
+                flags.join(" ")
+            }
             _ => String::new(),
         }
+    }
+
+    /// Namespaces per quiet tenant: 2 with tenant groups.
+    pub fn namespaces_per_quiet_tenant(&self) -> usize {
+        if self.tenant_groups { 2 } else { 1 }
     }
 
     pub fn settle(&self) -> Duration {

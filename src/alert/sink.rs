@@ -50,6 +50,18 @@ pub fn alert_text(
     }
 }
 
+/// The alert for a reload that failed, in the words of Reloader's failure Event.
+pub fn failure_text(workload: &WorkloadKey, error: &str, additional_info: Option<&str>) -> String {
+    let text = format!(
+        "Reloader failed to reload *{}* of type *{}* in namespace *{}*: {}",
+        workload.name, workload.kind, workload.namespace, error
+    );
+    match additional_info.map(str::trim) {
+        Some(info) => format!("{info} : {text}"),
+        None => text,
+    }
+}
+
 /// The request body and content type for a sink.
 pub fn payload(sink: AlertSink, text: &str) -> (&'static str, String) {
     match sink {
@@ -113,11 +125,21 @@ impl Alerter {
 
     pub fn reloaded(&self, config: &ConfigKey, workload: &WorkloadKey) {
         let text = alert_text(config, workload, self.config.additional_info.as_deref());
+        self.send(text, "reload alert");
+    }
+
+    /// A reload that keeps failing (or cannot succeed), with the error.
+    pub fn failed(&self, workload: &WorkloadKey, error: &str) {
+        let text = failure_text(workload, error, self.config.additional_info.as_deref());
+        self.send(text, "reload failure alert");
+    }
+
+    fn send(&self, text: String, what: &'static str) {
         let (content_type, body) = payload(self.config.sink, &text);
         let this = self.clone();
         tokio::spawn(async move {
             this.poster
-                .post(&this.config.url, content_type, body, "reload alert")
+                .post(&this.config.url, content_type, body, what)
                 .await;
         });
     }

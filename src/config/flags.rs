@@ -180,4 +180,17 @@ pub struct Flags {
     /// records are most Secret bytes of a cluster and no pod can use them.
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_IGNORED_SECRET_TYPES)]
     pub ignore_secret_types: Vec<String>,
+
+    /// Group namespaces into tenants by this namespace label's value (tenants take turns for
+    /// writes); a namespace without it is its own tenant. Empty: one tenant per namespace.
+    #[arg(long, default_value = "")]
+    pub tenant_label: String,
+
+    /// At most this many writes per second per tenant, inside --max-patches-per-second (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub max_patches_per_second_per_tenant: f64,
+
+    /// Longest wait between retries of a failing write (Go duration).
+    #[arg(long, default_value = "30s")]
+    pub max_retry_backoff: String,
 }

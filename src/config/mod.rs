@@ -79,6 +79,11 @@ pub struct Settings {
     pub digest_workers: usize,
     /// `--ignore-secret-types`: excluded server-side from every Secret list and watch.
     pub ignored_secret_types: Vec<String>,
+    /// `--tenant-label`: the namespace label grouping namespaces into tenants.
+    pub tenant_label: Option<String>,
+    /// `--max-patches-per-second-per-tenant`.
+    pub per_tenant_rate: Option<f64>,
+    pub max_retry_backoff: Duration,
     /// Leases and shard assignment, with `--sharding` or `--enable-ha`.
     pub shard: Option<crate::shard::coordinator::ShardSettings>,
 }
@@ -239,6 +244,25 @@ impl TryFrom<Flags> for Settings {
         }
         let min_reload_interval = crate::policy::parse_go_duration(&f.min_reload_interval)
             .map_err(|e| invalid("min-reload-interval", e.to_string()))?;
+        let max_retry_backoff = crate::policy::parse_go_duration(&f.max_retry_backoff)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| invalid("max-retry-backoff", "must be a positive Go duration"))?;
+        let tenant_label = Some(f.tenant_label.trim().to_string()).filter(|l| !l.is_empty());
+        if tenant_label
+            .as_deref()
+            .is_some_and(|l| l.contains(['=', ',', ' ', '!']))
+        {
+            return Err(invalid("tenant-label", "must be a label key"));
+        }
+        let per_tenant = f.max_patches_per_second_per_tenant;
+        if !per_tenant.is_finite() || per_tenant < 0.0 {
+            return Err(invalid(
+                "max-patches-per-second-per-tenant",
+                "must be 0 (off) or a positive rate",
+            ));
+        }
+        let per_tenant_rate = (per_tenant > 0.0).then_some(per_tenant);
 
         let shard = if f.sharding || f.enable_ha {
             let flag = if f.sharding { "sharding" } else { "enable-ha" };
@@ -323,6 +347,9 @@ impl TryFrom<Flags> for Settings {
             patch_burst: f.patch_burst,
             digest_workers: f.digest_workers,
             ignored_secret_types,
+            tenant_label,
+            per_tenant_rate,
+            max_retry_backoff,
             shard,
         })
     }

@@ -445,6 +445,13 @@ impl WorkloadWriter for Arc<KubeWriter> {
         }
         result
     }
+
+    async fn report_failure(&self, key: &WorkloadKey, error: &WriteError, failures: u32) {
+        let error = format!("{error} (failed {failures} times, still retrying)");
+        self.events
+            .reload_failed(&workload_reference(key, None), failed_message(key, &error))
+            .await;
+    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,20 @@
 //! Rollout strategies: what a reload writes (template), how (per workload kind, against the API
-//! server), pause periods, and the single rate-limited, coalescing write queue.
+//! server), pause periods, and the single rate-limited, coalescing write queue with its fair scheduler
+//! across tenants.
 
 pub mod config_view;
 pub mod kube;
 pub mod naming;
 pub mod pause;
 pub mod queue;
+pub mod scheduler;
 pub mod template;
+pub mod tenants;
 
 pub use self::kube::KubeWriter;
 pub use queue::{
     QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
-    WriteOutcome, WriteTurn,
+    WriteLimiter, WriteOutcome, WriteTurn, write_limiter,
 };
+pub use scheduler::{Priority, QueueStats, WorkloadQueueState};
+pub use tenants::Tenants;

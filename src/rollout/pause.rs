@@ -15,6 +15,8 @@ use tracing::{info, warn};
 use crate::model::WorkloadKey;
 use crate::shard::Ownership;
 
+use super::WriteLimiter;
+
 #[derive(Clone)]
 pub struct PauseKeeper {
     inner: Arc<Inner>,
@@ -23,17 +25,25 @@ pub struct PauseKeeper {
 struct Inner {
     client: Client,
     ownership: Arc<Ownership>,
+    /// The write limiter reloads use: a resume is a write like any other.
+    limiter: WriteLimiter,
     paused_at_key: String,
     /// Resume time (unix seconds) per Deployment with a timer running.
     timers: DashMap<WorkloadKey, i64, ahash::RandomState>,
 }
 
 impl PauseKeeper {
-    pub fn new(client: Client, ownership: Arc<Ownership>, paused_at_key: String) -> Self {
+    pub fn new(
+        client: Client,
+        ownership: Arc<Ownership>,
+        limiter: WriteLimiter,
+        paused_at_key: String,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
                 ownership,
+                limiter,
                 paused_at_key,
                 timers: DashMap::default(),
             }),
@@ -60,15 +70,25 @@ impl PauseKeeper {
 }
 
 async fn resume(inner: &Inner, key: &WorkloadKey) {
-    if !inner.ownership.owns(&key.namespace) {
-        return;
-    }
     let api: Api<Deployment> = Api::namespaced(inner.client.clone(), &key.namespace);
     let patch = json!({
         "spec": {"paused": false},
         "metadata": {"annotations": {inner.paused_at_key.as_str(): null}}
     });
-    for attempt in 1..=5u32 {
+    let mut attempt = 0u32;
+    while attempt < 5 {
+        // Checked before each attempt, as the write queue does: the namespace may have moved to
+        // another replica (which resumes it from `paused-at`), or this one may be fenced, which
+        // holds the resume without spending an attempt.
+        if !inner.ownership.owns(&key.namespace) {
+            return;
+        }
+        if !inner.ownership.may_write() {
+            tokio::time::sleep(FENCED_RETRY).await;
+            continue;
+        }
+        inner.limiter.until_ready().await;
+        attempt += 1;
         match api
             .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -85,3 +105,6 @@ async fn resume(inner: &Inner, key: &WorkloadKey) {
         }
     }
 }
+
+/// How often a fenced replica checks whether it may resume again.
+const FENCED_RETRY: Duration = Duration::from_millis(500);

@@ -1,25 +1,33 @@
-//! The single write path. Every reload goes through here:
-//! - coalescing: a workload with several pending changes gets one write;
-//! - at most one write per workload at a time, and at most one per `--min-reload-interval`;
-//! - a `governor` limiter in front of the API server (`--max-patches-per-second`, `--patch-burst`),
-//!   taken by the writer right before its mutating call (see [`WriteTurn`]);
-//! - retries: 409 right away with a fresh read, 429/5xx with capped exponential backoff, so one
-//!   failing workload occupies one slot and never stalls the others.
+//! The single write path. Every reload goes through here; which write goes next is decided by
+//! the [`Scheduler`] (coalescing, tenants taking turns, live changes before background work,
+//! one write per workload, `--min-reload-interval`, backoff of failing writes), and this module
+//! runs it:
+//! - a dispatcher task starts every write the scheduler releases, each on its own task;
+//! - a `governor` limiter in front of the API server (`--max-patches-per-second`,
+//!   `--patch-burst`) stays the outer bound, taken by the writer right before its mutating call
+//!   (see [`WriteTurn`]);
+//! - a 409 is retried at once with a fresh read; a 429/5xx/timeout goes back to the scheduler with
+//!   a backoff and frees its slot at once, so a failing workload never delays anyone else; a
+//!   4xx that cannot succeed (403, 422) is reported once and dropped.
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Notify;
 use tracing::{Instrument, Span, debug, warn};
 
 use crate::model::WorkloadKey;
 
+use super::scheduler::{
+    Coalesce, Completion, Dispatch, Priority, QueueStats, Scheduler, SchedulerSettings,
+    WorkloadQueueState, default_jitter,
+};
 use super::template::TemplateChange;
+use super::tenants::Tenants;
 
 /// A change waiting for its workload's write, with where it came from.
 #[derive(Debug, Clone)]
@@ -30,6 +38,22 @@ pub struct QueuedChange {
     /// This change's `reload` span, a child of the config event's span. Fields `result`,
     /// `coalesced_with` and `attempts` are recorded when the write ends.
     pub span: Span,
+}
+
+impl Coalesce for QueuedChange {
+    fn replaced_by(&self, newer: &Self) -> bool {
+        self.change.config == newer.change.config
+    }
+
+    /// A newer hash for the same config replaces the older one (a write never carries a
+    /// superseded value); latency still counts from the first change seen.
+    fn absorb(&mut self, newer: Self) {
+        let observed_at = self.observed_at;
+        *self = QueuedChange {
+            observed_at,
+            ..newer
+        };
+    }
 }
 
 /// How one write attempt ended.
@@ -82,6 +106,17 @@ pub trait WorkloadWriter: Send + Sync + 'static {
         changes: &[QueuedChange],
         turn: &WriteTurn<'_>,
     ) -> impl Future<Output = Result<WriteOutcome, WriteError>> + Send;
+
+    /// A write has failed `failures` times in a row and goes on being retried: tell the
+    /// workload's owners (the `ReloadFail` Event). Called once per reported backoff step.
+    fn report_failure(
+        &self,
+        _key: &WorkloadKey,
+        _error: &WriteError,
+        _failures: u32,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// The rate limiter's turn for one write attempt.
@@ -92,13 +127,13 @@ pub trait WorkloadWriter: Send + Sync + 'static {
 /// up to date costs no turn. Reads are bounded by the queue's `concurrency` instead. One turn
 /// covers the attempt, even when a Job is re-created with a delete and a create.
 pub struct WriteTurn<'a> {
-    limiter: &'a DefaultDirectRateLimiter,
+    limiter: &'a WriteLimiter,
     /// Nanoseconds waited for the limiter, `u64::MAX` while the turn has not been taken.
     waited_nanos: AtomicU64,
 }
 
 impl<'a> WriteTurn<'a> {
-    fn new(limiter: &'a DefaultDirectRateLimiter) -> Self {
+    pub fn new(limiter: &'a WriteLimiter) -> Self {
         Self {
             limiter,
             waited_nanos: AtomicU64::new(u64::MAX),
@@ -128,10 +163,21 @@ impl<'a> WriteTurn<'a> {
     }
 }
 
+/// The API server's write budget (`--max-patches-per-second`, `--patch-burst`), shared by
+/// reloads, the Events written for them and pause-period resumes.
+pub type WriteLimiter = Arc<DefaultDirectRateLimiter>;
+
+pub fn write_limiter(max_per_second: NonZeroU32, burst: NonZeroU32) -> WriteLimiter {
+    Arc::new(RateLimiter::direct(
+        Quota::per_second(max_per_second).allow_burst(burst),
+    ))
+}
+
 /// Observes what the queue does (metrics, events, alerts).
 pub trait QueueObserver: Send + Sync + 'static {
     fn coalesced(&self, _key: &WorkloadKey) {}
     fn limiter_wait(&self, _waited: Duration) {}
+    /// A write ended for good (written, nothing to do, dropped, or failed beyond retrying).
     fn finished(
         &self,
         _key: &WorkloadKey,
@@ -140,8 +186,24 @@ pub trait QueueObserver: Send + Sync + 'static {
         _attempts: u32,
     ) {
     }
+    /// An attempt failed and will be retried (each attempt).
     fn retry(&self, _key: &WorkloadKey, _error: &WriteError) {}
+    /// A write keeps failing: reported once per backoff step (see
+    /// [`super::scheduler::FailureStep::report`]), for the failure metric and alerts.
+    fn failing(
+        &self,
+        _key: &WorkloadKey,
+        _changes: &[QueuedChange],
+        _error: &WriteError,
+        _failures: u32,
+    ) {
+    }
+    /// A change was queued; `depth` workloads are pending or in flight.
     fn depth(&self, _depth: usize) {}
+    /// A write started after waiting `waited` in its tenant's queue.
+    fn queue_wait(&self, _waited: Duration) {}
+    /// The queue's counts after the dispatcher ran.
+    fn queue_stats(&self, _stats: &QueueStats) {}
 }
 
 impl QueueObserver for () {}
@@ -156,38 +218,60 @@ pub struct QueueSettings {
     pub max_conflict_retries: u32,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
+    /// `--max-patches-per-second-per-tenant` (`None`: off).
+    pub per_tenant_rate: Option<f64>,
+    /// A failing write is reported from this many failed attempts on.
+    pub report_after: u32,
 }
 
 impl Default for QueueSettings {
     fn default() -> Self {
+        let scheduler = SchedulerSettings::default();
         Self {
-            min_reload_interval: Duration::ZERO,
+            min_reload_interval: scheduler.min_reload_interval,
             max_per_second: NonZeroU32::new(50).expect("non-zero"),
             burst: NonZeroU32::new(100).expect("non-zero"),
-            concurrency: 32,
+            concurrency: scheduler.concurrency,
             max_conflict_retries: 8,
-            backoff_base: Duration::from_millis(200),
-            backoff_cap: Duration::from_secs(30),
+            backoff_base: scheduler.backoff_base,
+            backoff_cap: scheduler.backoff_cap,
+            per_tenant_rate: scheduler.per_tenant_rate,
+            report_after: scheduler.report_after,
         }
     }
 }
 
-#[derive(Default)]
-struct State {
-    pending: HashMap<WorkloadKey, Vec<QueuedChange>>,
-    in_flight: HashSet<WorkloadKey>,
-    /// Keys already handed to the dispatcher (or sleeping until their interval ends).
-    scheduled: HashSet<WorkloadKey>,
-    last_write: HashMap<WorkloadKey, Instant>,
+impl QueueSettings {
+    fn scheduler(&self) -> SchedulerSettings {
+        SchedulerSettings {
+            concurrency: self.concurrency,
+            min_reload_interval: self.min_reload_interval,
+            backoff_base: self.backoff_base,
+            backoff_cap: self.backoff_cap,
+            per_tenant_rate: self.per_tenant_rate,
+            report_after: self.report_after,
+        }
+    }
 }
 
 struct Inner<W, O> {
-    state: Mutex<State>,
-    ready: mpsc::UnboundedSender<WorkloadKey>,
+    scheduler: Mutex<Scheduler<QueuedChange>>,
+    wake: Arc<Notify>,
     writer: W,
     observer: O,
-    limiter: DefaultDirectRateLimiter,
+    limiter: WriteLimiter,
+    tenants: Arc<Tenants>,
     settings: QueueSettings,
+    /// Paces dispatches at the limiter's rate (same quota). Without it, when the limiter is the
+    /// bottleneck, up to `concurrency` writes would wait in the limiter, which serves whoever
+    /// asked first: a quiet tenant's write would queue behind 32 noisy ones there. Paced, writes
+    /// wait in the scheduler, where tenants take turns, and the limiter stays the outer bound.
+    pacer: DefaultDirectRateLimiter,
+}
+
+/// The scheduler's clock: tokio's, so that tests with `tokio::time::pause` drive it.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// Handle to the queue; cheap to clone.
@@ -204,56 +288,90 @@ impl<W, O> Clone for ReloadQueue<W, O> {
 }
 
 impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
-    /// Starts the dispatcher task; it runs until every queue handle is dropped.
+    /// Starts the dispatcher task (one tenant per namespace, a limiter of its own); it runs until
+    /// every queue handle is dropped.
     pub fn start(writer: W, observer: O, settings: QueueSettings) -> Self {
-        let (ready, rx) = mpsc::unbounded_channel();
-        let quota = Quota::per_second(settings.max_per_second).allow_burst(settings.burst);
-        let inner = Arc::new(Inner {
-            state: Mutex::new(State::default()),
-            ready,
+        let limiter = write_limiter(settings.max_per_second, settings.burst);
+        Self::start_with(
             writer,
             observer,
-            limiter: RateLimiter::direct(quota),
             settings,
+            limiter,
+            Arc::new(Tenants::default()),
+        )
+    }
+
+    /// Starts the dispatcher with a limiter shared with other writers and a tenant map.
+    pub fn start_with(
+        writer: W,
+        observer: O,
+        settings: QueueSettings,
+        limiter: WriteLimiter,
+        tenants: Arc<Tenants>,
+    ) -> Self {
+        let wake = Arc::new(Notify::new());
+        let pacer = RateLimiter::direct(
+            Quota::per_second(settings.max_per_second).allow_burst(settings.burst),
+        );
+        let inner = Arc::new(Inner {
+            scheduler: Mutex::new(Scheduler::new(settings.scheduler(), default_jitter())),
+            wake: wake.clone(),
+            writer,
+            observer,
+            limiter,
+            tenants,
+            settings,
+            pacer,
         });
-        tokio::spawn(dispatch(Arc::downgrade(&inner), rx));
+        tokio::spawn(dispatch(Arc::downgrade(&inner), wake));
         Self { inner }
     }
 
-    /// Queues a change. A change for a config already pending on that workload replaces it.
+    /// Queues a live change. A change for a config already pending on that workload replaces it.
     pub fn enqueue(&self, key: WorkloadKey, change: QueuedChange) {
+        self.enqueue_as(key, change, Priority::Live);
+    }
+
+    /// Queues a change in a priority class (start-up reconciliation is `Background`).
+    pub fn enqueue_as(&self, key: WorkloadKey, change: QueuedChange, priority: Priority) {
         let inner = &self.inner;
-        let mut state = inner.state.lock().expect("queue lock");
-        let pending = state.pending.entry(key.clone()).or_default();
-        let coalesced = !pending.is_empty();
-        if let Some(same) = pending
-            .iter_mut()
-            .find(|c| c.change.config == change.change.config)
-        {
-            // Keep the first observation time: latency counts from the first change seen.
-            let observed_at = same.observed_at;
-            *same = QueuedChange {
-                observed_at,
-                ..change
-            };
-        } else {
-            pending.push(change);
-        }
+        let tenant = inner.tenants.tenant_of(&key.namespace);
+        let (coalesced, depth) = {
+            let mut scheduler = inner.scheduler.lock().expect("queue lock");
+            let coalesced = scheduler.enqueue(key.clone(), tenant, priority, change, now());
+            (coalesced, scheduler.len())
+        };
         if coalesced {
             inner.observer.coalesced(&key);
         }
-        let depth = state.pending.len();
-        if !state.in_flight.contains(&key) {
-            schedule(inner, &mut state, key);
-        }
-        drop(state);
         inner.observer.depth(depth);
+        inner.wake.notify_one();
     }
 
-    /// Changes waiting or being written.
+    /// Workloads with a write pending or in flight.
     pub fn depth(&self) -> usize {
-        let state = self.inner.state.lock().expect("queue lock");
-        state.pending.len() + state.in_flight.len()
+        self.inner.scheduler.lock().expect("queue lock").len()
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        self.inner.scheduler.lock().expect("queue lock").stats()
+    }
+
+    /// Where a workload's reload is: pending since, in flight, in backoff (and why), held by
+    /// the minimum interval. `None` when nothing is queued for it.
+    pub fn inspect(&self, key: &WorkloadKey) -> Option<WorkloadQueueState> {
+        let scheduler = self.inner.scheduler.lock().expect("queue lock");
+        scheduler.inspect(key, now())
+    }
+
+    /// The write limiter, shared with whatever else writes (pause resumes, Events).
+    pub fn limiter(&self) -> &WriteLimiter {
+        &self.inner.limiter
+    }
+
+    /// Which tenant each namespace belongs to (fed by the namespace watch with `--tenant-label`).
+    pub fn tenants(&self) -> &Arc<Tenants> {
+        &self.inner.tenants
     }
 
     /// Whether changes wait for `key`, and whether its write is in flight (`/debug/explain`).
@@ -267,8 +385,8 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
 
     /// Waits until nothing is pending or in flight, or `deadline` passes (shutdown drain).
     pub async fn drain(&self, deadline: Duration) -> bool {
-        let until = Instant::now() + deadline;
-        while Instant::now() < until {
+        let until = tokio::time::Instant::now() + deadline;
+        while tokio::time::Instant::now() < until {
             if self.depth() == 0 {
                 return true;
             }
@@ -278,69 +396,140 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
     }
 }
 
-/// Hands `key` to the dispatcher now, or once its minimum interval has passed.
-fn schedule<W, O>(inner: &Arc<Inner<W, O>>, state: &mut State, key: WorkloadKey) {
-    if !state.scheduled.insert(key.clone()) {
-        return;
-    }
-    let not_before = state
-        .last_write
-        .get(&key)
-        .map(|t| *t + inner.settings.min_reload_interval)
-        .filter(|t| *t > Instant::now());
-    match not_before {
-        None => {
-            let _ = inner.ready.send(key);
-        }
-        Some(at) => {
-            let ready = inner.ready.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep_until(at.into()).await;
-                let _ = ready.send(key);
-            });
-        }
-    }
-}
+/// How long the dispatcher sleeps with nothing to do before checking the queue still exists.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
+/// Starts every write the scheduler releases, then sleeps until something changes: a change
+/// queued, a write done, a backoff or hold ending.
 async fn dispatch<W: WorkloadWriter, O: QueueObserver>(
-    inner: std::sync::Weak<Inner<W, O>>,
-    mut rx: mpsc::UnboundedReceiver<WorkloadKey>,
+    inner: Weak<Inner<W, O>>,
+    wake: Arc<Notify>,
 ) {
-    let mut slots: Option<Arc<Semaphore>> = None;
-    while let Some(key) = rx.recv().await {
-        let Some(inner) = inner.upgrade() else { return };
-        let slots = slots
-            .get_or_insert_with(|| Arc::new(Semaphore::new(inner.settings.concurrency.max(1))))
-            .clone();
-        let Ok(permit) = slots.acquire_owned().await else {
-            return;
+    loop {
+        let next_wake = {
+            let Some(inner) = inner.upgrade() else { return };
+            start_ready(&inner)
         };
-        tokio::spawn(async move {
-            process(&inner, key).await;
-            drop(permit);
-        });
+        let until = next_wake.map_or_else(
+            || tokio::time::Instant::now() + IDLE_CHECK,
+            tokio::time::Instant::from_std,
+        );
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
     }
 }
 
-async fn process<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>, key: WorkloadKey) {
-    let mut changes = {
-        let mut state = inner.state.lock().expect("queue lock");
-        state.scheduled.remove(&key);
-        let Some(changes) = state.pending.remove(&key) else {
-            return;
+fn start_ready<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>) -> Option<Instant> {
+    let (started, next_wake, stats) = {
+        let mut scheduler = inner.scheduler.lock().expect("queue lock");
+        let now = now();
+        let mut started = Vec::new();
+        let mut paced_until = None;
+        while scheduler.has_ready(now) {
+            if let Err(not_until) = inner.pacer.check() {
+                let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                    &governor::clock::DefaultClock::default(),
+                ));
+                paced_until = Some(now + wait);
+                break;
+            }
+            let Some(job) = scheduler.next(now) else {
+                break;
+            };
+            started.push(job);
+        }
+        let next_wake = match (scheduler.next_wake(), paced_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
-        state.in_flight.insert(key.clone());
-        changes
+        (started, next_wake, scheduler.stats())
     };
+    inner.observer.queue_stats(&stats);
+    for job in started {
+        inner.observer.queue_wait(job.waited);
+        tokio::spawn(process(inner.clone(), job));
+    }
+    next_wake
+}
+
+/// One attempt of one workload's write (conflicts retried inline with a fresh read), then the
+/// outcome goes back to the scheduler, which frees the slot.
+async fn process<W: WorkloadWriter, O: QueueObserver>(
+    inner: Arc<Inner<W, O>>,
+    job: Dispatch<QueuedChange>,
+) {
+    let Dispatch {
+        key,
+        tenant,
+        changes,
+        attempt,
+        ..
+    } = job;
     // Each change carries its own `reload` span (opened when it was queued, so it covers the
     // time spent waiting); the write runs in the first one and the others note that they rode on it.
     let span = changes
         .first()
         .map(|c| c.span.clone())
         .unwrap_or_else(Span::none);
-    let (result, attempts) = write_with_retries(inner, &key, &mut changes)
+    let result = write_attempt(&inner, &key, &changes)
         .instrument(span.clone())
         .await;
+    let retry = match &result {
+        Err(WriteError::NotYet(reason)) => {
+            debug!(workload = %key, reason, "holding the write");
+            Some(Completion::Held {
+                retry_in: HOLD_RETRY,
+            })
+        }
+        Err(error @ (WriteError::Transient(_) | WriteError::Conflict(_))) => {
+            inner.observer.retry(&key, error);
+            Some(Completion::Failed {
+                error: error.to_string(),
+            })
+        }
+        _ => None,
+    };
+    let Some(completion) = retry else {
+        finish(&inner, &key, changes, result, attempt);
+        inner.wake.notify_one();
+        return;
+    };
+    let Err(error) = result else { return };
+    let reported = changes.clone();
+    let step = {
+        let mut scheduler = inner.scheduler.lock().expect("queue lock");
+        scheduler.complete(&key, changes, completion, now())
+    };
+    inner.wake.notify_one();
+    let Some(step) = step else { return };
+    let retry_in = step.retry_in;
+    if step.report {
+        span.in_scope(|| {
+            warn!(workload = %key, %tenant, %error, failures = step.failures, ?retry_in,
+                "write keeps failing, retrying with backoff")
+        });
+        inner
+            .observer
+            .failing(&key, &reported, &error, step.failures);
+        inner
+            .writer
+            .report_failure(&key, &error, step.failures)
+            .await;
+    } else {
+        debug!(workload = %key, %tenant, %error, failures = step.failures, ?retry_in, "write failed, backing off");
+    }
+}
+
+/// A write that ended for good: spans, observer, and the scheduler told.
+fn finish<W: WorkloadWriter, O: QueueObserver>(
+    inner: &Inner<W, O>,
+    key: &WorkloadKey,
+    changes: Vec<QueuedChange>,
+    result: Result<WriteOutcome, WriteError>,
+    attempts: u32,
+) {
     let result_label = match &result {
         Ok(WriteOutcome::Reloaded) => "reloaded",
         Ok(WriteOutcome::UpToDate) => "up_to_date",
@@ -355,85 +544,42 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>, 
         change.span.record("attempts", attempts);
     }
     if let Err(error) = &result {
-        span.in_scope(|| warn!(workload = %key, %error, attempts, "reload failed, not retried"));
+        let span = changes.first().map(|c| c.span.clone());
+        span.unwrap_or_else(Span::none)
+            .in_scope(|| warn!(workload = %key, %error, attempts, "reload failed, not retried"));
     }
-    inner.observer.finished(&key, &changes, &result, attempts);
-    let mut state = inner.state.lock().expect("queue lock");
-    state.in_flight.remove(&key);
-    if matches!(result, Ok(WriteOutcome::Reloaded)) {
-        state.last_write.insert(key.clone(), Instant::now());
-    }
-    // Forget old write times so the map does not grow with every workload ever rolled.
-    if state.last_write.len() > 10_000 {
-        let horizon = inner.settings.min_reload_interval;
-        state.last_write.retain(|_, t| t.elapsed() < horizon);
-    }
-    if state.pending.contains_key(&key) {
-        schedule(inner, &mut state, key);
-    }
+    inner.observer.finished(key, &changes, &result, attempts);
+    let completion = match result {
+        Ok(WriteOutcome::Reloaded) => Completion::Written { reloaded: true },
+        Ok(WriteOutcome::UpToDate) => Completion::Written { reloaded: false },
+        _ => Completion::Finished,
+    };
+    let mut scheduler = inner.scheduler.lock().expect("queue lock");
+    scheduler.complete(key, Vec::new(), completion, now());
 }
 
-async fn write_with_retries<W: WorkloadWriter, O: QueueObserver>(
+/// One write attempt; a 409 is retried at once (the writer reads afresh), up to a bound.
+async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
     inner: &Inner<W, O>,
     key: &WorkloadKey,
-    changes: &mut Vec<QueuedChange>,
-) -> (Result<WriteOutcome, WriteError>, u32) {
-    let settings = &inner.settings;
-    let mut attempts = 0u32;
+    changes: &[QueuedChange],
+) -> Result<WriteOutcome, WriteError> {
     let mut conflicts = 0u32;
-    let mut backoff = settings.backoff_base;
     loop {
-        // A retried or held write takes in what arrived meanwhile: a newer hash for the same
-        // config replaces the older one, so a retry never writes a superseded value.
-        if attempts > 0 {
-            absorb_pending(inner, key, changes);
-        }
-        attempts += 1;
         let turn = WriteTurn::new(&inner.limiter);
         let result = inner.writer.write(key, changes, &turn).await;
         if let Some(waited) = turn.waited() {
             inner.observer.limiter_wait(waited);
         }
-        let error = match result {
-            Ok(outcome) => return (Ok(outcome), attempts),
-            Err(WriteError::Permanent(m)) => return (Err(WriteError::Permanent(m)), attempts),
-            Err(WriteError::NotYet(reason)) => {
-                debug!(workload = %key, reason, "holding the write");
-                tokio::time::sleep(HOLD_RETRY).await;
-                continue;
-            }
-            Err(e) => e,
-        };
-        inner.observer.retry(key, &error);
-        match &error {
-            WriteError::Conflict(_) if conflicts < settings.max_conflict_retries => {
+        match result {
+            Err(error @ WriteError::Conflict(_))
+                if conflicts < inner.settings.max_conflict_retries =>
+            {
                 conflicts += 1;
+                inner.observer.retry(key, &error);
                 debug!(workload = %key, %error, "conflict, retrying with a fresh read");
             }
-            _ => {
-                warn!(workload = %key, %error, retry_in = ?backoff, "write failed, backing off");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(settings.backoff_cap);
-            }
-        }
-    }
-}
-
-fn absorb_pending<W, O>(inner: &Inner<W, O>, key: &WorkloadKey, changes: &mut Vec<QueuedChange>) {
-    let newer = inner.state.lock().expect("queue lock").pending.remove(key);
-    for change in newer.into_iter().flatten() {
-        match changes
-            .iter_mut()
-            .find(|c| c.change.config == change.change.config)
-        {
-            Some(same) => {
-                let observed_at = same.observed_at;
-                *same = QueuedChange {
-                    observed_at,
-                    ..change
-                };
-            }
-            None => changes.push(change),
+            other => return other,
         }
     }
 }

@@ -2,11 +2,15 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
+use std::sync::Arc;
+
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::model::{ConfigKey, WorkloadKey};
+use crate::rollout::WriteLimiter;
 use crate::rollout::kube::api_resource;
+use crate::shard::Ownership;
 
 /// Publishes each Event as its own object. kube's `Recorder` folds every Event with the same
 /// type, reason and object into one series that keeps the first note, so a second reload (another
@@ -16,6 +20,18 @@ use crate::rollout::kube::api_resource;
 pub struct EventSink {
     client: Client,
     reporter: Reporter,
+    gate: Option<EventGate>,
+}
+
+/// Events are writes too: only the replica that owns the namespace and may write (not fenced)
+/// publishes them, and they spend the write limiter's budget. A reload's `Reloaded` Event rides
+/// on the turn its reload took (as a Job's delete and create share one): `--max-patches-per-second`
+/// keeps meaning reloads per second, and a reload never waits twice. Any other Event (a failure
+/// reported, a bad annotation) takes a turn of its own, so a storm of them stays bounded.
+#[derive(Clone)]
+struct EventGate {
+    ownership: Arc<Ownership>,
+    limiter: WriteLimiter,
 }
 
 pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectReference {
@@ -65,7 +81,19 @@ impl EventSink {
             controller: "kube-reloader".into(),
             instance,
         };
-        Self { client, reporter }
+        Self {
+            client,
+            reporter,
+            gate: None,
+        }
+    }
+
+    /// Publishes only in owned namespaces while writes are allowed, within the write limiter.
+    pub fn gated(self, ownership: Arc<Ownership>, limiter: WriteLimiter) -> Self {
+        Self {
+            gate: Some(EventGate { ownership, limiter }),
+            ..self
+        }
     }
 
     async fn publish(
@@ -74,7 +102,21 @@ impl EventSink {
         type_: EventType,
         reason: &str,
         note: String,
+        needs_turn: bool,
     ) {
+        if let Some(gate) = &self.gate {
+            let namespace = reference.namespace.as_deref().unwrap_or_default();
+            if !gate.ownership.owns(namespace) || !gate.ownership.may_write() {
+                debug!(
+                    namespace,
+                    reason, "event not published: namespace not owned or writes fenced"
+                );
+                return;
+            }
+            if needs_turn {
+                gate.limiter.until_ready().await;
+            }
+        }
         // Event notes are limited to 1 kB by the API server.
         let mut note = note;
         if note.len() > 1000 {
@@ -97,13 +139,14 @@ impl EventSink {
         }
     }
 
+    /// Published within the reload's own limiter turn (see [`EventGate`]).
     pub async fn reloaded(&self, reference: &ObjectReference, note: String) {
-        self.publish(reference, EventType::Normal, "Reloaded", note)
+        self.publish(reference, EventType::Normal, "Reloaded", note, false)
             .await;
     }
 
     pub async fn reload_failed(&self, reference: &ObjectReference, note: String) {
-        self.publish(reference, EventType::Warning, "ReloadFail", note)
+        self.publish(reference, EventType::Warning, "ReloadFail", note, true)
             .await;
     }
 
@@ -115,8 +158,14 @@ impl EventSink {
 
     /// A bad annotation value (invalid regex, pause period, rollout strategy).
     pub async fn bad_annotation(&self, reference: &ObjectReference, note: String) {
-        self.publish(reference, EventType::Warning, "InvalidAnnotation", note)
-            .await;
+        self.publish(
+            reference,
+            EventType::Warning,
+            "InvalidAnnotation",
+            note,
+            true,
+        )
+        .await;
     }
 }
 

@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::engine::ConfigObserver;
 use crate::index::ReverseIndex;
 use crate::model::{ConfigKey, WorkloadKey};
-use crate::rollout::{QueueObserver, QueuedChange, WriteError, WriteOutcome};
+use crate::rollout::{QueueObserver, QueueStats, QueuedChange, WriteError, WriteOutcome};
 use crate::watch::WatchObserver;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -99,6 +99,9 @@ pub struct Metrics {
     queue_adds: Counter,
     coalesced: Counter,
     limiter_wait: Histogram,
+    queue_wait: Histogram,
+    queue_tenants: Gauge,
+    queue_in_backoff: Gauge,
     reload_latency: Histogram,
     watch_restarts: Family<ResourceLabel, Counter>,
     backfill_list_failures: Family<ResourceLabel, Counter>,
@@ -132,6 +135,9 @@ impl Metrics {
             queue_adds: Counter::default(),
             coalesced: Counter::default(),
             limiter_wait: Histogram::new([0.0, 0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]),
+            queue_wait: Histogram::new(latency_buckets()),
+            queue_tenants: Gauge::default(),
+            queue_in_backoff: Gauge::default(),
             reload_latency: Histogram::new(latency_buckets()),
             watch_restarts: Family::default(),
             backfill_list_failures: Family::default(),
@@ -262,6 +268,21 @@ impl Metrics {
             "rate_limiter_wait_seconds",
             "Time a write waited for the patch rate limiter.",
             m.limiter_wait.clone(),
+        );
+        own.register(
+            "queue_wait_seconds",
+            "Time a write waited, ready, in its tenant's queue (backoff and holds not counted).",
+            m.queue_wait.clone(),
+        );
+        own.register(
+            "queue_tenants",
+            "Tenants with at least one write pending or in flight.",
+            m.queue_tenants.clone(),
+        );
+        own.register(
+            "queue_writes_in_backoff",
+            "Writes that failed and wait out a backoff before their retry.",
+            m.queue_in_backoff.clone(),
         );
         own.register(
             "reload_latency_seconds",
@@ -420,9 +441,31 @@ impl QueueObserver for Arc<Metrics> {
             .inc();
     }
 
+    fn failing(
+        &self,
+        key: &WorkloadKey,
+        _changes: &[QueuedChange],
+        _error: &WriteError,
+        _failures: u32,
+    ) {
+        // Reloader counts a failed reload once; a write retried for long counts once per
+        // reported backoff step (the retries themselves are in reloader_retries_total).
+        self.record_reload(key, false);
+    }
+
     fn depth(&self, depth: usize) {
         self.queue_adds.inc();
         self.queue_depth.set(depth as i64);
+    }
+
+    fn queue_wait(&self, waited: Duration) {
+        self.queue_wait.observe(waited.as_secs_f64());
+    }
+
+    fn queue_stats(&self, stats: &QueueStats) {
+        self.queue_depth.set(stats.workloads as i64);
+        self.queue_tenants.set(stats.tenants as i64);
+        self.queue_in_backoff.set(stats.in_backoff as i64);
     }
 }
 

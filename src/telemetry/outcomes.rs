@@ -1,12 +1,12 @@
-//! What happens after each write: metrics, and alerts for successful reloads (sent on their own
-//! tasks, so the write queue never waits for them).
+//! What happens after each write: metrics, and alerts for successful reloads and for failing ones
+//! (sent on their own tasks, so the write queue never waits for them).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::alert::Alerter;
 use crate::model::WorkloadKey;
-use crate::rollout::{QueueObserver, QueuedChange, WriteError, WriteOutcome};
+use crate::rollout::{QueueObserver, QueueStats, QueuedChange, WriteError, WriteOutcome};
 
 use super::metrics::Metrics;
 
@@ -42,7 +42,11 @@ impl QueueObserver for Arc<Outcomes> {
                 }
             }
             // The writer publishes the ReloadFail Event and the queue logs the failure.
-            Err(_) => {}
+            Err(error) => {
+                if let Some(alerter) = &self.alerter {
+                    alerter.failed(key, &error.to_string());
+                }
+            }
             Ok(WriteOutcome::Dropped(reason)) => {
                 tracing::info!(workload = %key, reason, "reload dropped");
             }
@@ -54,7 +58,31 @@ impl QueueObserver for Arc<Outcomes> {
         self.metrics.retry(key, error);
     }
 
+    fn failing(
+        &self,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+        error: &WriteError,
+        failures: u32,
+    ) {
+        self.metrics.failing(key, changes, error, failures);
+        if let Some(alerter) = &self.alerter {
+            alerter.failed(
+                key,
+                &format!("{error} ({failures} attempts, still retrying)"),
+            );
+        }
+    }
+
     fn depth(&self, depth: usize) {
         self.metrics.depth(depth);
+    }
+
+    fn queue_wait(&self, waited: Duration) {
+        self.metrics.queue_wait(waited);
+    }
+
+    fn queue_stats(&self, stats: &QueueStats) {
+        self.metrics.queue_stats(stats);
     }
 }

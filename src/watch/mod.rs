@@ -126,6 +126,10 @@ where
             tasks.spawn(namespaces::run(self.clone(), synced_tx));
             let _ = synced_rx.await;
             info!("namespace selection synced");
+        } else if let Some(label) = self.settings.tenant_label.clone() {
+            let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+            tasks.spawn(namespaces::run_tenants(self.clone(), label, synced_tx));
+            let _ = synced_rx.await;
         }
         // With shards, the first lists must already know which namespaces are ours.
         let start_generation = match &shard {

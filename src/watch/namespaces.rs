@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
@@ -43,6 +44,8 @@ where
     )
     .default_backoff()
     .boxed();
+    // With --tenant-label, the selected namespaces' labels also say which tenant each is.
+    let tenants = ctx.engine.queue().tenants().clone();
     let mut synced = Some(synced);
     let mut relisting: Option<HashSet<String>> = None;
     while let Some(event) = stream.next().await {
@@ -50,6 +53,7 @@ where
             Ok(watcher::Event::Init) => relisting = Some(HashSet::new()),
             Ok(watcher::Event::InitApply(ns)) => {
                 let name = ns.name_any();
+                tenants.namespace_seen(&name, ns.metadata.labels.as_ref());
                 if let Some(seen) = relisting.as_mut() {
                     seen.insert(name.clone());
                 }
@@ -62,12 +66,19 @@ where
             }
             Ok(watcher::Event::Apply(ns)) => {
                 let name = ns.name_any();
+                tenants.namespace_seen(&name, ns.metadata.labels.as_ref());
                 if ctx.engine.ownership.select(&name) && ctx.engine.ownership.owns(&name) {
                     ctx.namespace_entered(&name).await;
                 }
             }
-            Ok(watcher::Event::Delete(ns)) => ctx.namespace_left(&ns.name_any()),
+            Ok(watcher::Event::Delete(ns)) => {
+                tenants.namespace_gone(&ns.name_any());
+                ctx.namespace_left(&ns.name_any());
+            }
             Ok(watcher::Event::InitDone) => {
+                if let Some(seen) = &relisting {
+                    tenants.retain(seen);
+                }
                 if let (Some(seen), None) = (relisting.take(), synced.as_ref()) {
                     // Namespaces that left the selection while the watch was down.
                     for name in ctx.engine.index.namespaces() {
@@ -84,6 +95,55 @@ where
         }
     }
     anyhow::bail!("the namespace watch ended")
+}
+
+/// `--tenant-label` without a namespace selector: watches only the namespaces carrying the label
+/// (metadata only), to group them into tenants; the others are their own tenant anyway.
+pub(super) async fn run_tenants<W, O, C, M>(
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    label: String,
+    synced: oneshot::Sender<()>,
+) -> anyhow::Result<()>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    let tenants = ctx.engine.queue().tenants().clone();
+    let api: Api<PartialObjectMeta<Namespace>> = Api::all(ctx.client.clone());
+    let mut stream = watcher(api, watcher::Config::default().labels(&label))
+        .default_backoff()
+        .boxed();
+    let mut synced = Some(synced);
+    let mut relisting: Option<HashSet<String>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => relisting = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(ns) | watcher::Event::Apply(ns)) => {
+                let name = ns.name_any();
+                tenants.namespace_seen(&name, ns.metadata.labels.as_ref());
+                if let Some(seen) = relisting.as_mut() {
+                    seen.insert(name);
+                }
+            }
+            Ok(watcher::Event::Delete(ns)) => tenants.namespace_gone(&ns.name_any()),
+            Ok(watcher::Event::InitDone) => {
+                if let Some(seen) = relisting.take() {
+                    tenants.retain(&seen);
+                }
+                info!(
+                    grouped = tenants.grouped_namespaces(),
+                    label, "tenants known"
+                );
+                if let Some(tx) = synced.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Err(e) => watch_error(&ctx.observer, "namespace", &e),
+        }
+    }
+    anyhow::bail!("the tenant namespace watch ended")
 }
 
 impl<W, O, C, M> WatchContext<W, O, C, M>

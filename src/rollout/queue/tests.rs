@@ -1,4 +1,5 @@
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU32;
 
 use super::*;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
@@ -154,5 +155,131 @@ async fn only_writes_that_change_something_take_a_limiter_turn() {
     assert!(
         queue.inner.limiter.check().is_err(),
         "a real write did not take the token"
+    );
+}
+
+/// Fails every write of the workloads in `poisoned` with a 500, like an unreachable admission
+/// webhook; counts what the queue reports.
+#[derive(Default)]
+struct Poisoned {
+    poisoned: Mutex<HashSet<String>>,
+    written: Mutex<Vec<String>>,
+    attempts: AtomicU32,
+    reported: Mutex<Vec<u32>>,
+}
+
+impl WorkloadWriter for Arc<Poisoned> {
+    async fn write(
+        &self,
+        key: &WorkloadKey,
+        _changes: &[QueuedChange],
+        turn: &WriteTurn<'_>,
+    ) -> Result<WriteOutcome, WriteError> {
+        // A write takes a while at the API server (virtual time).
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        turn.take().await;
+        if self.poisoned.lock().unwrap().contains(&*key.namespace) {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            return Err(WriteError::Transient("500 webhook unreachable".into()));
+        }
+        self.written.lock().unwrap().push(key.to_string());
+        Ok(WriteOutcome::Reloaded)
+    }
+
+    async fn report_failure(&self, _key: &WorkloadKey, _error: &WriteError, failures: u32) {
+        self.reported.lock().unwrap().push(failures);
+    }
+}
+
+fn in_ns(namespace: &str, name: &str) -> WorkloadKey {
+    WorkloadKey::new(WorkloadKind::Deployment, namespace, name)
+}
+
+/// Before: a failing write slept in its slot between retries, so 32 of them stopped everyone.
+#[tokio::test(start_paused = true)]
+async fn failing_writes_free_their_slots_and_are_written_once_the_cause_is_gone() {
+    let writer = Arc::new(Poisoned::default());
+    writer.poisoned.lock().unwrap().insert("poisoned".into());
+    let settings = QueueSettings {
+        concurrency: 4,
+        // governor runs on the real clock: keep it out of this virtual-time test.
+        max_per_second: NonZeroU32::new(100_000).unwrap(),
+        burst: NonZeroU32::new(100_000).unwrap(),
+        backoff_base: Duration::from_millis(200),
+        backoff_cap: Duration::from_secs(2),
+        ..QueueSettings::default()
+    };
+    let queue = ReloadQueue::start(writer.clone(), (), settings);
+    for i in 0..40 {
+        queue.enqueue(in_ns("poisoned", &format!("p{i}")), change("cfg", "1"));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for i in 0..10 {
+        queue.enqueue(in_ns(&format!("quiet{i}"), "web"), change("cfg", "1"));
+    }
+    // Four slots, 40 failing workloads: the quiet ones still go out within a few writes' time.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let written = writer.written.lock().unwrap().clone();
+    assert_eq!(written.len(), 10, "{written:?}");
+    assert!(queue.stats().in_backoff > 0);
+    let state = queue.inspect(&in_ns("poisoned", "p0")).unwrap();
+    assert_eq!(
+        state.last_error.as_deref(),
+        Some("transient: 500 webhook unreachable")
+    );
+    assert!(state.failures >= 1);
+    // A newer change of a failing workload joins its pending write.
+    queue.enqueue(in_ns("poisoned", "p0"), change("cfg", "2"));
+    assert_eq!(queue.depth(), 40);
+
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    writer.poisoned.lock().unwrap().clear();
+    // Within one maximum backoff (2 s) every poisoned workload is written, once.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let written = writer.written.lock().unwrap().clone();
+    let poisoned: HashSet<_> = written
+        .iter()
+        .filter(|k| k.contains("/poisoned/"))
+        .collect();
+    assert_eq!(written.len(), 50, "{written:?}");
+    assert_eq!(poisoned.len(), 40);
+    assert_eq!(queue.depth(), 0);
+    // Reported per backoff step, not per attempt: 3rd, 4th, 5th, 7th, 11th... failure.
+    let reported = writer.reported.lock().unwrap().clone();
+    let attempts = writer.attempts.load(Ordering::SeqCst) as usize;
+    assert!(!reported.is_empty());
+    assert!(
+        reported.len() * 2 < attempts,
+        "{} reports for {attempts} attempts",
+        reported.len()
+    );
+    assert!(
+        reported.iter().all(|f| [3, 4, 5, 7, 11, 19].contains(f)),
+        "{reported:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_changes_overtake_start_up_reconciliation() {
+    let writer = Arc::new(Poisoned::default());
+    let settings = QueueSettings {
+        concurrency: 1,
+        ..QueueSettings::default()
+    };
+    let queue = ReloadQueue::start(writer.clone(), (), settings);
+    for i in 0..5 {
+        queue.enqueue_as(
+            in_ns("a", &format!("old{i}")),
+            change("cfg", "1"),
+            Priority::Background,
+        );
+    }
+    queue.enqueue(in_ns("b", "live"), change("cfg", "1"));
+    assert!(queue.drain(Duration::from_secs(5)).await);
+    let written = writer.written.lock().unwrap().clone();
+    assert_eq!(
+        written,
+        ["b/live", "a/old0", "a/old1", "a/old2", "a/old3", "a/old4"]
+            .map(|k| format!("Deployment/{k}"))
     );
 }

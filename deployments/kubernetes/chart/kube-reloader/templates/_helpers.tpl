@@ -257,6 +257,9 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- $a = append $a (printf "--max-patches-per-second=%v" ($r.maxPatchesPerSecond | int)) -}}
 {{- $a = append $a (printf "--patch-burst=%v" ($r.patchBurst | int)) -}}
 {{- $a = append $a (printf "--min-reload-interval=%s" $r.minReloadInterval) -}}
+{{- with $r.maxPatchesPerSecondPerTenant }}{{ $a = append $a (printf "--max-patches-per-second-per-tenant=%v" .) }}{{ end -}}
+{{- with $r.maxRetryBackoff }}{{ $a = append $a (printf "--max-retry-backoff=%s" .) }}{{ end -}}
+{{- with $v.tenantLabel }}{{ $a = append $a (printf "--tenant-label=%s" .) }}{{ end -}}
 {{- with $v.digestWorkers }}{{ $a = append $a (printf "--digest-workers=%v" (. | int)) }}{{ end -}}
 {{- if and (hasKey $v "ignoreSecretTypes") (ne (toString $v.ignoreSecretTypes) "helm.sh/release.v1") }}{{ $a = append $a (printf "--ignore-secret-types=%s" (toString $v.ignoreSecretTypes)) }}{{ end -}}
 {{- toYaml $a -}}
