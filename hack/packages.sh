@@ -4,6 +4,8 @@
 set -euo pipefail
 NEEDED=(
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 faketime" # clock-skew test (tests/sharding.rs)
+    "/usr/bin/podman podman" # make image-local / image-test (hack/podman.sh)
+    "/usr/sbin/runc runc"    # the OCI runtime hack/podman/containers.conf names
 )
 missing=()
 for entry in "${NEEDED[@]}"; do
@@ -17,4 +19,4 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "[packages] installing ${missing[*]}" >&2
 apt-get update -qq >&2
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

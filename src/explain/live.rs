@@ -167,17 +167,42 @@ impl LiveExplainer {
     }
 }
 
-/// Today's queue as a [`QueueInspect`]: pending or in flight (the lead wires the queue's
-/// `inspect` here once it exists, adding backoff and holds).
+/// The write queue as a [`QueueInspect`]: its [`ReloadQueue::inspect`] in the endpoint's words,
+/// with the scheduler's relative times turned into wall-clock instants.
 pub fn queue_inspector<W, O>(queue: ReloadQueue<W, O>) -> impl QueueInspect
 where
     W: WorkloadWriter,
     O: QueueObserver,
 {
-    move |key: &WorkloadKey| match queue.key_state(key) {
-        (_, true) => QueueState::InFlight,
-        (true, false) => QueueState::Pending,
-        (false, false) => QueueState::Idle,
+    move |key: &WorkloadKey| queue_state(queue.inspect(key))
+}
+
+fn queue_state(state: Option<crate::rollout::WorkloadQueueState>) -> QueueState {
+    let Some(state) = state else {
+        return QueueState::Idle;
+    };
+    let at = |seconds: f64| {
+        let offset = jiff::SignedDuration::try_from_secs_f64(seconds).unwrap_or_default();
+        jiff::Timestamp::now()
+            .checked_add(offset)
+            .unwrap_or_else(|_| jiff::Timestamp::now())
+            .to_string()
+    };
+    if state.in_flight {
+        return QueueState::InFlight;
+    }
+    if let Some(retry_in) = state.backoff_retry_in_seconds {
+        return QueueState::Backoff {
+            until: at(retry_in),
+            last_error: state.last_error.unwrap_or_default(),
+        };
+    }
+    match state
+        .min_interval_hold_in_seconds
+        .or(state.handover_hold_in_seconds)
+    {
+        Some(hold) => QueueState::Held { until: at(hold) },
+        None => QueueState::Pending,
     }
 }
 

@@ -374,15 +374,6 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
         &self.inner.tenants
     }
 
-    /// Whether changes wait for `key`, and whether its write is in flight (`/debug/explain`).
-    pub fn key_state(&self, key: &WorkloadKey) -> (bool, bool) {
-        let state = self.inner.state.lock().expect("queue lock");
-        (
-            state.pending.contains_key(key),
-            state.in_flight.contains(key),
-        )
-    }
-
     /// Waits until nothing is pending or in flight, or `deadline` passes (shutdown drain).
     pub async fn drain(&self, deadline: Duration) -> bool {
         let until = tokio::time::Instant::now() + deadline;

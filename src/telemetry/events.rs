@@ -152,8 +152,14 @@ impl EventSink {
 
     /// The workload uses a Secret whose type is never watched (`--ignore-secret-types`).
     pub async fn ignored_secret_type(&self, reference: &ObjectReference, note: String) {
-        self.publish(reference, EventType::Warning, "SecretTypeIgnored", note)
-            .await;
+        self.publish(
+            reference,
+            EventType::Warning,
+            "SecretTypeIgnored",
+            note,
+            true,
+        )
+        .await;
     }
 
     /// A bad annotation value (invalid regex, pause period, rollout strategy).
