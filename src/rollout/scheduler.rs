@@ -250,6 +250,10 @@ pub struct Scheduler<C> {
     /// Background writes in flight: at most half the slots, so retries of a failing namespace
     /// and a start-up reconcile always leave room for live changes.
     in_flight_background: usize,
+    /// Writes in flight per tenant: at most half the slots each, so a tenant whose writes are
+    /// slow (a failing admission webhook answers after the API server's own retries) cannot
+    /// occupy every slot while other tenants' changes arrive.
+    tenant_in_flight: HashMap<TenantId, usize>,
     in_backoff: usize,
     /// Earliest time a tenant skipped for its rate may go again.
     throttled_until: Option<Instant>,
@@ -269,6 +273,7 @@ impl<C: Coalesce> Scheduler<C> {
             next_ticket: 1,
             in_flight: 0,
             in_flight_background: 0,
+            tenant_in_flight: HashMap::new(),
             in_backoff: 0,
             throttled_until: None,
         }
@@ -350,6 +355,7 @@ impl<C: Coalesce> Scheduler<C> {
             .map(|t| now.saturating_duration_since(t))
             .unwrap_or_default();
         let tenant = entry.tenant.clone();
+        *self.tenant_in_flight.entry(tenant.clone()).or_default() += 1;
         let dispatch = Dispatch {
             key,
             tenant: tenant.clone(),
@@ -408,6 +414,12 @@ impl<C: Coalesce> Scheduler<C> {
             self.in_flight -= 1;
             if entry.flight_class == Priority::Background {
                 self.in_flight_background -= 1;
+            }
+            if let Some(n) = self.tenant_in_flight.get_mut(&entry.tenant) {
+                *n -= 1;
+                if *n == 0 {
+                    self.tenant_in_flight.remove(&entry.tenant);
+                }
             }
         }
         let mut step = None;
@@ -571,6 +583,13 @@ impl<C: Coalesce> Scheduler<C> {
                 return None;
             }
             let tenant = class.turns.pop_front()?;
+            let tenant_slots = (self.settings.concurrency / 2).max(1);
+            if self.tenant_in_flight.get(&tenant).copied().unwrap_or(0) >= tenant_slots {
+                // Its turn comes back when one of its writes completes.
+                self.classes[priority.index()].turns.push_back(tenant);
+                skipped += 1;
+                continue;
+            }
             if let Some(rate) = rate {
                 let bucket = *self.bucket(&tenant, rate, now);
                 if bucket.tokens < 1.0 {

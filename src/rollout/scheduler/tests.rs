@@ -436,3 +436,27 @@ fn background_work_leaves_half_the_slots_to_live_changes() {
     assert!(s.has_ready(t0));
     assert_eq!(drain_order(&mut s, t0), ["live/a", "live/b"]);
 }
+
+#[test]
+fn a_tenant_holds_at_most_half_the_slots_so_others_start_at_once() {
+    let t0 = Instant::now();
+    let mut s = scheduler(SchedulerSettings {
+        concurrency: 4,
+        ..SchedulerSettings::default()
+    });
+    for i in 0..10 {
+        add(&mut s, "slow", &format!("w{i}"), Priority::Live, t0);
+    }
+    let first = drain_order(&mut s, t0);
+    assert_eq!(
+        first,
+        ["slow/w0", "slow/w1"],
+        "one tenant took more than half"
+    );
+    add(&mut s, "quiet", "a", Priority::Live, t0);
+    assert_eq!(drain_order(&mut s, t0), ["quiet/a"]);
+    // A completion of the slow tenant gives it its next turn.
+    let w0 = wl("slow", "w0");
+    s.complete(&w0, vec![], Completion::Finished, t0);
+    assert_eq!(drain_order(&mut s, t0), ["slow/w2"]);
+}
