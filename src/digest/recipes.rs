@@ -26,6 +26,29 @@ pub enum ConfigPayload {
     },
 }
 
+impl ConfigPayload {
+    /// The payload of a `SecretProviderClassPodStatus`'s `status`: the `(id, version)` of each
+    /// mounted object (entries without both are skipped, as the CSI driver never writes them).
+    pub fn secret_provider_class(class_name: String, status: &serde_json::Value) -> Self {
+        let objects = status
+            .get("objects")
+            .and_then(serde_json::Value::as_array)
+            .map(|objs| {
+                objs.iter()
+                    .filter_map(|o| {
+                        let field = |name: &str| Some(o.get(name)?.as_str()?.to_string());
+                        Some((field("id")?, field("version")?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        ConfigPayload::SecretProviderClass {
+            class_name,
+            objects,
+        }
+    }
+}
+
 // Hand-written so that a payload can never reach a log line through `{:?}`.
 impl fmt::Debug for ConfigPayload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -175,6 +198,34 @@ pub fn reloader_sha1_hex(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_status_payload_keeps_objects_with_id_and_version_in_order() {
+        let status = serde_json::json!({"objects": [
+            {"id": "secret/a", "version": "2"},
+            {"id": "secret/no-version"},
+            {"id": "secret/b", "version": "7"},
+        ]});
+        let ConfigPayload::SecretProviderClass {
+            class_name,
+            objects,
+        } = ConfigPayload::secret_provider_class("spc".into(), &status)
+        else {
+            panic!("not an SPC payload");
+        };
+        assert_eq!(class_name, "spc");
+        assert_eq!(
+            objects,
+            [
+                ("secret/a".into(), "2".into()),
+                ("secret/b".into(), "7".into())
+            ]
+        );
+        let empty = ConfigPayload::secret_provider_class("spc".into(), &serde_json::json!({}));
+        assert!(
+            matches!(empty, ConfigPayload::SecretProviderClass { objects, .. } if objects.is_empty())
+        );
+    }
 
     fn cm(data: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ConfigPayload {
         ConfigPayload::ConfigMap {

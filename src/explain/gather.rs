@@ -252,25 +252,7 @@ async fn add_spcs(
                 .then_some(st)
         });
         let hash = status.map(|st| {
-            let objects = st
-                .get("objects")
-                .and_then(Value::as_array)
-                .map(|objs| {
-                    objs.iter()
-                        .filter_map(|o| {
-                            Some((
-                                o.get("id")?.as_str()?.to_string(),
-                                o.get("version")?.as_str()?.to_string(),
-                            ))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            digest_payload(ConfigPayload::SecretProviderClass {
-                class_name: name.clone(),
-                objects,
-            })
-            .reloader_hash()
+            digest_payload(ConfigPayload::secret_provider_class(name.clone(), st)).reloader_hash()
         });
         let annotations = class.annotations().clone();
         out.entry(ns).or_default().configs.insert(

@@ -12,18 +12,20 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use crate::digest::ConfigPayload;
+use crate::digest::{ConfigPayload, DigestPoolClosed};
 use crate::engine::{ConfigObserver, Phase};
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
 use crate::rollout::{QueueObserver, WorkloadWriter};
 
-use super::workloads::{dynamic_apis, scope_len, stream_namespace};
-use super::{SyncGate, WatchContext, WatchObserver, scoped_apis, watch_error, watch_streams};
+use super::driver::{IndexVerbs, drive, map_event};
+use super::{
+    SyncGate, WatchContext, WatchObserver, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
+    watch_error, watch_streams,
+};
 
 /// A watched config object, split into identity, annotations and payload.
 pub trait ConfigSource:
@@ -142,78 +144,83 @@ where
     M: WatchObserver,
 {
     let apis: Vec<Api<K>> = scoped_apis(&ctx.client, &ctx.settings.scope);
-    let streams = apis.len();
-    let mut synced = vec![false; streams];
-    let mut relisting: Vec<Option<HashSet<ConfigKey>>> = vec![None; streams];
     // Digests run on the pool while events keep their order: two in flight per worker keeps
     // every worker busy (the flag's 0 means a pool sized to the machine, so ask the pool).
     let workers = ctx.pool.workers() * 2;
-    let prepared = watch_streams(apis, config).map(|(i, event)| {
-        let ctx = ctx.clone();
-        async move { (i, ctx.prepare::<K>(event).await) }
-    });
-    let mut prepared = prepared.buffered(workers);
-    while let Some((i, event)) = prepared.next().await {
-        let phase = if synced[i] {
-            Phase::Live
-        } else {
-            Phase::Startup
-        };
-        match event {
-            Prepared::Init => relisting[i] = Some(HashSet::new()),
-            Prepared::Applied {
-                key,
-                state,
-                initial,
-            } => {
-                if initial && let Some(seen) = relisting[i].as_mut() {
-                    seen.insert(key.clone());
-                }
-                ctx.engine.config_applied(key, state, phase);
+    let reduced = watch_streams(apis, config)
+        .map(|(i, event)| {
+            let ctx = ctx.clone();
+            async move {
+                let event = map_event(event, |obj, deleted| ctx.reduce::<K>(obj, deleted)).await;
+                (i, event)
             }
-            Prepared::Deleted(key) => {
-                ctx.engine.config_deleted(&key);
-            }
-            Prepared::InitDone => {
-                if let Some(seen) = relisting[i].take()
-                    && synced[i]
-                {
-                    // Deleted while the watch was down: real deletions.
-                    let ns = stream_namespace(&ctx.settings.scope, i);
-                    let gone: Vec<ConfigKey> = ctx
-                        .engine
-                        .index
-                        .config_keys(K::KIND, ns)
-                        .into_iter()
-                        .filter(|k| !seen.contains(k))
-                        .collect();
-                    for key in gone {
-                        ctx.engine.config_deleted(&key);
-                    }
-                }
-                if !synced[i] {
-                    synced[i] = true;
-                    gate.done_one();
-                }
-            }
-            Prepared::Skipped => {}
-            Prepared::Failed(e) => watch_error(&ctx.observer, K::KIND.as_str(), &e),
-        }
-    }
+        })
+        .buffered(workers)
+        .boxed();
+    let mut verbs = ConfigVerbs {
+        ctx: ctx.clone(),
+        kind: K::KIND,
+    };
+    drive(
+        reduced,
+        stream_namespaces(&ctx.settings.scope),
+        &mut verbs,
+        &gate,
+    )
+    .await;
     anyhow::bail!("the {} watch ended", K::KIND)
 }
 
-pub(super) enum Prepared {
-    Init,
-    Applied {
-        key: ConfigKey,
-        state: ConfigState,
-        initial: bool,
-    },
-    Deleted(ConfigKey),
-    InitDone,
-    Skipped,
-    Failed(watcher::Error),
+/// A config object reduced to what the index keeps: its key (`None`: not ours) and, unless it
+/// was deleted or could not be hashed, its state.
+pub(super) struct Reduced {
+    key: Option<ConfigKey>,
+    state: Option<ConfigState>,
+}
+
+/// ConfigMaps and Secrets into the index.
+struct ConfigVerbs<W, O, C, M> {
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    kind: ConfigKind,
+}
+
+impl<W, O, C, M> IndexVerbs<Reduced> for ConfigVerbs<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    type Key = ConfigKey;
+
+    async fn apply(&mut self, obj: Reduced, phase: Phase) -> Option<ConfigKey> {
+        let (key, state) = (obj.key?, obj.state?);
+        self.ctx.engine.config_applied(key.clone(), state, phase);
+        Some(key)
+    }
+
+    async fn delete(&mut self, obj: Reduced) {
+        if let Some(key) = obj.key {
+            self.ctx.engine.config_deleted(&key);
+        }
+    }
+
+    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<ConfigKey>, first: bool) {
+        if first {
+            return;
+        }
+        // Deleted while the watch was down: real deletions.
+        let index = &self.ctx.engine.index;
+        for key in index.config_keys(self.kind, namespace) {
+            if !seen.contains(&key) {
+                self.ctx.engine.config_deleted(&key);
+            }
+        }
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        watch_error(&self.ctx.observer, self.kind.as_str(), error);
+    }
 }
 
 impl<W, O, C, M> WatchContext<W, O, C, M>
@@ -227,50 +234,58 @@ where
         crate::policy::config_flag(annotations, key)
     }
 
-    async fn prepare<K: ConfigSource>(
-        &self,
-        event: Result<watcher::Event<K>, watcher::Error>,
-    ) -> Prepared {
-        let (obj, initial) = match event {
-            Ok(watcher::Event::Init) => return Prepared::Init,
-            Ok(watcher::Event::InitDone) => return Prepared::InitDone,
-            Ok(watcher::Event::InitApply(o)) => (o, true),
-            Ok(watcher::Event::Apply(o)) => (o, false),
-            Ok(watcher::Event::Delete(o)) => {
-                let Some(ns) = o.namespace() else {
-                    return Prepared::Skipped;
-                };
-                return Prepared::Deleted(ConfigKey::new(K::KIND, &ns, &o.name_any()));
-            }
-            Err(e) => return Prepared::Failed(e),
-        };
+    /// Reduces one config object to its key and state (hashed on the digest pool); a deleted
+    /// one to its key only.
+    async fn reduce<K: ConfigSource>(&self, obj: K, deleted: bool) -> Reduced {
         let Some(ns) = obj.namespace() else {
-            return Prepared::Skipped;
+            return Reduced {
+                key: None,
+                state: None,
+            };
         };
+        if deleted {
+            let key = ConfigKey::new(K::KIND, &ns, &obj.name_any());
+            return Reduced {
+                key: Some(key),
+                state: None,
+            };
+        }
         if !self.engine.ownership.owns(&ns) {
-            return Prepared::Skipped;
+            return Reduced {
+                key: None,
+                state: None,
+            };
         }
         let key = ConfigKey::interned(K::KIND, &ns, &obj.name_any());
+        let state = match self.config_state(obj).await {
+            Ok(state) => Some(state),
+            Err(e) => {
+                warn!(config = %key, error = %e, "config not hashed");
+                None
+            }
+        };
+        Reduced {
+            key: Some(key),
+            state,
+        }
+    }
+
+    /// The index state of one config object: digest (on the pool) and annotation flags.
+    pub(super) async fn config_state<K: ConfigSource>(
+        &self,
+        obj: K,
+    ) -> Result<ConfigState, DigestPoolClosed> {
         let annotations = obj.annotations();
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
         let matched = self.flag(annotations, &self.settings.keys.match_);
         let resource_version = crate::index::resource_version(obj.meta());
-        match self.pool.digest(obj.into_payload()).await {
-            Ok(digest) => Prepared::Applied {
-                key,
-                state: ConfigState {
-                    digest,
-                    ignore,
-                    matched,
-                    resource_version,
-                },
-                initial,
-            },
-            Err(e) => {
-                warn!(config = %key, error = %e, "config not hashed");
-                Prepared::Skipped
-            }
-        }
+        let digest = self.pool.digest(obj.into_payload()).await?;
+        Ok(ConfigState {
+            digest,
+            ignore,
+            matched,
+            resource_version,
+        })
     }
 
     /// A SecretProviderClassPodStatus: the mounted versions of one SecretProviderClass in one pod.
@@ -281,20 +296,6 @@ where
         }
         let status = obj.data.get("status")?;
         let class_name = status.get("secretProviderClassName")?.as_str()?.to_string();
-        let objects: Vec<(String, String)> = status
-            .get("objects")
-            .and_then(Value::as_array)
-            .map(|objs| {
-                objs.iter()
-                    .filter_map(|o| {
-                        Some((
-                            o.get("id")?.as_str()?.to_string(),
-                            o.get("version")?.as_str()?.to_string(),
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         let key = ConfigKey::new(ConfigKind::SecretProviderClass, &ns, &class_name);
         // ignore/match live on the SecretProviderClass itself, not on the pod status.
         let spc: Api<DynamicObject> =
@@ -307,14 +308,8 @@ where
                 BTreeMap::new()
             }
         };
-        let digest = self
-            .pool
-            .digest(ConfigPayload::SecretProviderClass {
-                class_name,
-                objects,
-            })
-            .await
-            .ok()?;
+        let payload = ConfigPayload::secret_provider_class(class_name, status);
+        let digest = self.pool.digest(payload).await.ok()?;
         let state = ConfigState {
             digest,
             ignore: self.flag(&annotations, &self.settings.keys.ignore),
@@ -371,44 +366,58 @@ where
 {
     let ar = spc_pod_status_resource();
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &ar);
-    let mut synced = vec![false; apis.len()];
-    let mut relisting: Vec<Option<HashSet<PodStatusId>>> = vec![None; apis.len()];
-    let mut reported = ReportedVersions::default();
-    let mut stream = watch_streams(apis, watcher::Config::default().any_semantic());
-    while let Some((i, event)) = stream.next().await {
-        let phase = if synced[i] {
-            Phase::Live
-        } else {
-            Phase::Startup
-        };
-        match event {
-            Ok(watcher::Event::InitApply(obj) | watcher::Event::Apply(obj)) => {
-                let id = pod_status_id(&obj);
-                if let Some(seen) = relisting[i].as_mut() {
-                    seen.insert(id.clone());
-                }
-                if let Some((key, state)) = ctx.prepare_spc(obj).await
-                    && reported.changed(id, state.digest.blake3)
-                {
-                    ctx.engine.config_applied(key, state, phase);
-                }
-            }
-            // One pod's status going away is not the SecretProviderClass being deleted.
-            Ok(watcher::Event::Delete(obj)) => reported.forget(&pod_status_id(&obj)),
-            Ok(watcher::Event::Init) => relisting[i] = Some(HashSet::new()),
-            Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = relisting[i].take() {
-                    reported.retain_listed(stream_namespace(&ctx.settings.scope, i), &seen);
-                }
-                if !synced[i] {
-                    synced[i] = true;
-                    gate.done_one();
-                }
-            }
-            Err(e) => watch_error(&ctx.observer, "secretproviderclasspodstatus", &e),
-        }
-    }
+    let stream = watch_streams(apis, watcher::Config::default().any_semantic());
+    let mut verbs = PodStatusVerbs {
+        ctx: ctx.clone(),
+        reported: ReportedVersions::default(),
+    };
+    drive(
+        stream,
+        stream_namespaces(&ctx.settings.scope),
+        &mut verbs,
+        &gate,
+    )
+    .await;
     anyhow::bail!("the SecretProviderClassPodStatus watch ended")
+}
+
+/// SecretProviderClassPodStatuses into the index, as their SecretProviderClass's state.
+struct PodStatusVerbs<W, O, C, M> {
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    reported: ReportedVersions,
+}
+
+impl<W, O, C, M> IndexVerbs<DynamicObject> for PodStatusVerbs<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    type Key = PodStatusId;
+
+    async fn apply(&mut self, obj: DynamicObject, phase: Phase) -> Option<PodStatusId> {
+        let id = pod_status_id(&obj);
+        if let Some((key, state)) = self.ctx.prepare_spc(obj).await
+            && self.reported.changed(id.clone(), state.digest.blake3)
+        {
+            self.ctx.engine.config_applied(key, state, phase);
+        }
+        Some(id)
+    }
+
+    // One pod's status going away is not the SecretProviderClass being deleted.
+    async fn delete(&mut self, obj: DynamicObject) {
+        self.reported.forget(&pod_status_id(&obj));
+    }
+
+    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<PodStatusId>, _first: bool) {
+        self.reported.retain_listed(namespace, &seen);
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        watch_error(&self.ctx.observer, "secretproviderclasspodstatus", error);
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 pub mod access;
 mod configs;
+mod driver;
 mod ignored_secrets;
 mod list_strategy;
 mod namespaces;
@@ -16,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
@@ -122,14 +125,14 @@ where
     pub async fn run(self: Arc<Self>, shard: Option<ShardLink>) -> anyhow::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         if self.engine.ownership.uses_selector() {
-            let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-            tasks.spawn(namespaces::run(self.clone(), synced_tx));
-            let _ = synced_rx.await;
+            let synced = SyncGate::new(1);
+            tasks.spawn(namespaces::run(self.clone(), synced.clone()));
+            synced.wait().await;
             info!("namespace selection synced");
         } else if let Some(label) = self.settings.tenant_label.clone() {
-            let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-            tasks.spawn(namespaces::run_tenants(self.clone(), label, synced_tx));
-            let _ = synced_rx.await;
+            let synced = SyncGate::new(1);
+            tasks.spawn(namespaces::run_tenants(self.clone(), label, synced.clone()));
+            synced.wait().await;
         }
         // With shards, the first lists must already know which namespaces are ours.
         let start_generation = match &shard {
@@ -277,6 +280,12 @@ impl SyncGate {
         self.pending.add_permits(1);
     }
 
+    /// True once every stream has listed (tests only).
+    #[cfg(test)]
+    fn is_open(&self) -> bool {
+        self.pending.available_permits() >= self.total as usize
+    }
+
     async fn wait(&self) {
         if self.total > 0 {
             let _ = self.pending.acquire_many(self.total).await;
@@ -284,19 +293,46 @@ impl SyncGate {
     }
 }
 
-/// One watch per namespace in scoped mode, one cluster-wide watch otherwise.
+/// What each watch stream covers: one stream per namespace in scoped mode (`Some(ns)`), one
+/// cluster-wide stream (`None`) otherwise. Stream `i` of every watch is `stream_namespaces[i]`.
+fn stream_namespaces(scope: &NamespaceScope) -> Vec<Option<String>> {
+    match scope {
+        NamespaceScope::All => vec![None],
+        NamespaceScope::Only(namespaces) => namespaces.iter().cloned().map(Some).collect(),
+    }
+}
+
+fn scope_len(scope: &NamespaceScope) -> usize {
+    match scope {
+        NamespaceScope::All => 1,
+        NamespaceScope::Only(namespaces) => namespaces.len(),
+    }
+}
+
+/// One API per watch stream, for a typed resource.
 fn scoped_apis<K>(client: &Client, scope: &NamespaceScope) -> Vec<Api<K>>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     K::DynamicType: Default,
 {
-    match scope {
-        NamespaceScope::All => vec![Api::all(client.clone())],
-        NamespaceScope::Only(namespaces) => namespaces
-            .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect(),
-    }
+    let api = |ns: Option<String>| match ns {
+        Some(ns) => Api::namespaced(client.clone(), &ns),
+        None => Api::all(client.clone()),
+    };
+    stream_namespaces(scope).into_iter().map(api).collect()
+}
+
+/// One API per watch stream, for a resource known at run time.
+fn dynamic_apis(
+    client: &Client,
+    scope: &NamespaceScope,
+    ar: &ApiResource,
+) -> Vec<Api<DynamicObject>> {
+    let api = |ns: Option<String>| match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), &ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    stream_namespaces(scope).into_iter().map(api).collect()
 }
 
 /// One watch stream's events, tagged with the stream's index.

@@ -5,30 +5,29 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::oneshot;
+use kube::runtime::watcher;
 use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
 use crate::engine::{ConfigObserver, Phase};
-use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::rollout::kube::api_resource;
+use crate::rollout::tenants::Tenants;
 use crate::rollout::{QueueObserver, WorkloadWriter};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::configs::ConfigSource;
+use super::driver::{IndexVerbs, drive};
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
-use super::{WatchContext, WatchObserver, watch_error};
+use super::{SyncGate, WatchContext, WatchObserver, watch_error, watch_streams};
 
 pub(super) async fn run<W, O, C, M>(
     ctx: Arc<WatchContext<W, O, C, M>>,
-    synced: oneshot::Sender<()>,
+    gate: SyncGate,
 ) -> anyhow::Result<()>
 where
     W: WorkloadWriter,
@@ -38,63 +37,69 @@ where
 {
     let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();
     let api: Api<Namespace> = Api::all(ctx.client.clone());
-    let mut stream = watcher(
-        api,
-        watcher::Config::default().labels(&selector).any_semantic(),
-    )
-    .default_backoff()
-    .boxed();
-    // With --tenant-label, the selected namespaces' labels also say which tenant each is.
-    let tenants = ctx.engine.queue().tenants().clone();
-    let mut synced = Some(synced);
-    let mut relisting: Option<HashSet<String>> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Init) => relisting = Some(HashSet::new()),
-            Ok(watcher::Event::InitApply(ns)) => {
-                let name = ns.name_any();
-                tenants.namespace_seen(&name, ns.metadata.labels.as_ref());
-                if let Some(seen) = relisting.as_mut() {
-                    seen.insert(name.clone());
-                }
-                if ctx.engine.ownership.select(&name)
-                    && synced.is_none()
-                    && ctx.engine.ownership.owns(&name)
-                {
-                    ctx.namespace_entered(&name).await;
+    let config = watcher::Config::default().labels(&selector).any_semantic();
+    let stream = watch_streams(vec![api], config);
+    let mut verbs = SelectionVerbs { ctx: ctx.clone() };
+    drive(stream, vec![None], &mut verbs, &gate).await;
+    anyhow::bail!("the namespace watch ended")
+}
+
+/// The selected namespaces into the ownership (and, with `--tenant-label`, their tenants).
+struct SelectionVerbs<W, O, C, M> {
+    ctx: Arc<WatchContext<W, O, C, M>>,
+}
+
+impl<W, O, C, M> IndexVerbs<Namespace> for SelectionVerbs<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    type Key = String;
+
+    /// A namespace selected after start-up is indexed as a start-up would; during the first
+    /// list the start-up lists that follow cover it.
+    async fn apply(&mut self, ns: Namespace, phase: Phase) -> Option<String> {
+        let name = ns.name_any();
+        let ctx = &self.ctx;
+        ctx.engine
+            .queue()
+            .tenants()
+            .namespace_seen(&name, ns.metadata.labels.as_ref());
+        if ctx.engine.ownership.select(&name)
+            && phase == Phase::Live
+            && ctx.engine.ownership.owns(&name)
+        {
+            ctx.namespace_entered(&name).await;
+        }
+        Some(name)
+    }
+
+    async fn delete(&mut self, ns: Namespace) {
+        self.ctx
+            .engine
+            .queue()
+            .tenants()
+            .namespace_gone(&ns.name_any());
+        self.ctx.namespace_left(&ns.name_any());
+    }
+
+    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool) {
+        self.ctx.engine.queue().tenants().retain(&seen);
+        if !first {
+            // Namespaces that left the selection while the watch was down.
+            for name in self.ctx.engine.index.namespaces() {
+                if !seen.contains(&*name) {
+                    self.ctx.namespace_left(&name);
                 }
             }
-            Ok(watcher::Event::Apply(ns)) => {
-                let name = ns.name_any();
-                tenants.namespace_seen(&name, ns.metadata.labels.as_ref());
-                if ctx.engine.ownership.select(&name) && ctx.engine.ownership.owns(&name) {
-                    ctx.namespace_entered(&name).await;
-                }
-            }
-            Ok(watcher::Event::Delete(ns)) => {
-                tenants.namespace_gone(&ns.name_any());
-                ctx.namespace_left(&ns.name_any());
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = &relisting {
-                    tenants.retain(seen);
-                }
-                if let (Some(seen), None) = (relisting.take(), synced.as_ref()) {
-                    // Namespaces that left the selection while the watch was down.
-                    for name in ctx.engine.index.namespaces() {
-                        if !seen.contains(&*name) {
-                            ctx.namespace_left(&name);
-                        }
-                    }
-                }
-                if let Some(tx) = synced.take() {
-                    let _ = tx.send(());
-                }
-            }
-            Err(e) => watch_error(&ctx.observer, "namespace", &e),
         }
     }
-    anyhow::bail!("the namespace watch ended")
+
+    fn failed(&mut self, error: &watcher::Error) {
+        watch_error(&self.ctx.observer, "namespace", error);
+    }
 }
 
 /// `--tenant-label` without a namespace selector: watches only the namespaces carrying the label
@@ -102,7 +107,7 @@ where
 pub(super) async fn run_tenants<W, O, C, M>(
     ctx: Arc<WatchContext<W, O, C, M>>,
     label: String,
-    synced: oneshot::Sender<()>,
+    gate: SyncGate,
 ) -> anyhow::Result<()>
 where
     W: WorkloadWriter,
@@ -110,40 +115,53 @@ where
     C: ConfigObserver,
     M: WatchObserver,
 {
-    let tenants = ctx.engine.queue().tenants().clone();
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(ctx.client.clone());
-    let mut stream = watcher(api, watcher::Config::default().labels(&label))
-        .default_backoff()
-        .boxed();
-    let mut synced = Some(synced);
-    let mut relisting: Option<HashSet<String>> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Init) => relisting = Some(HashSet::new()),
-            Ok(watcher::Event::InitApply(ns) | watcher::Event::Apply(ns)) => {
-                let name = ns.name_any();
-                tenants.namespace_seen(&name, ns.metadata.labels.as_ref());
-                if let Some(seen) = relisting.as_mut() {
-                    seen.insert(name);
-                }
-            }
-            Ok(watcher::Event::Delete(ns)) => tenants.namespace_gone(&ns.name_any()),
-            Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = relisting.take() {
-                    tenants.retain(&seen);
-                }
-                info!(
-                    grouped = tenants.grouped_namespaces(),
-                    label, "tenants known"
-                );
-                if let Some(tx) = synced.take() {
-                    let _ = tx.send(());
-                }
-            }
-            Err(e) => watch_error(&ctx.observer, "namespace", &e),
-        }
-    }
+    let stream = watch_streams(vec![api], watcher::Config::default().labels(&label));
+    let mut verbs = TenantVerbs {
+        tenants: ctx.engine.queue().tenants().clone(),
+        label,
+        ctx: ctx.clone(),
+    };
+    drive(stream, vec![None], &mut verbs, &gate).await;
     anyhow::bail!("the tenant namespace watch ended")
+}
+
+/// Labelled namespaces into the tenant groups.
+struct TenantVerbs<W, O, C, M> {
+    tenants: Arc<Tenants>,
+    label: String,
+    ctx: Arc<WatchContext<W, O, C, M>>,
+}
+
+impl<W, O, C, M> IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    type Key = String;
+
+    async fn apply(&mut self, ns: PartialObjectMeta<Namespace>, _: Phase) -> Option<String> {
+        let name = ns.name_any();
+        self.tenants
+            .namespace_seen(&name, ns.metadata.labels.as_ref());
+        Some(name)
+    }
+
+    async fn delete(&mut self, ns: PartialObjectMeta<Namespace>) {
+        self.tenants.namespace_gone(&ns.name_any());
+    }
+
+    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, _first: bool) {
+        self.tenants.retain(&seen);
+        let grouped = self.tenants.grouped_namespaces();
+        info!(grouped, label = self.label, "tenants known");
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        watch_error(&self.ctx.observer, "namespace", error);
+    }
 }
 
 impl<W, O, C, M> WatchContext<W, O, C, M>
@@ -311,24 +329,11 @@ where
             return;
         };
         let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
-        let annotations = obj.annotations().clone();
-        let flag = |k: &str| crate::policy::config_flag(&annotations, k);
-        let (ignore, matched) = (
-            flag(&self.settings.keys.ignore),
-            flag(&self.settings.keys.match_),
-        );
-        let resource_version = crate::index::resource_version(obj.meta());
-        if let Ok(digest) = self.pool.digest(obj.into_payload()).await {
-            self.engine.config_applied(
-                key,
-                ConfigState {
-                    digest,
-                    ignore,
-                    matched,
-                    resource_version,
-                },
-                Phase::Backfill,
-            );
+        match self.config_state(obj).await {
+            Ok(state) => {
+                self.engine.config_applied(key, state, Phase::Backfill);
+            }
+            Err(e) => warn!(config = %key, error = %e, "config not hashed"),
         }
     }
 }

@@ -4,37 +4,23 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use crate::config::NamespaceScope;
-use crate::engine::ConfigObserver;
+use crate::engine::{ConfigObserver, Phase};
 use crate::index::workload_entry_from_dynamic;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::rollout::kube::api_resource;
 use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::telemetry::events::workload_reference;
 
-use futures::StreamExt;
-
-use super::{SyncGate, WatchContext, WatchObserver, watch_error, watch_streams};
-
-/// One dynamic API per watched namespace in scoped mode, one cluster-wide otherwise.
-pub(super) fn dynamic_apis(
-    client: &kube::Client,
-    scope: &NamespaceScope,
-    ar: &kube::core::ApiResource,
-) -> Vec<Api<DynamicObject>> {
-    match scope {
-        NamespaceScope::All => vec![Api::all_with(client.clone(), ar)],
-        NamespaceScope::Only(nss) => nss
-            .iter()
-            .map(|ns| Api::namespaced_with(client.clone(), ns, ar))
-            .collect(),
-    }
-}
+use super::driver::{IndexVerbs, drive};
+use super::{
+    SyncGate, WatchContext, WatchObserver, dynamic_apis, scope_len, stream_namespaces, watch_error,
+    watch_streams,
+};
 
 pub(super) fn spawn_all<W, O, C, M>(
     ctx: &Arc<WatchContext<W, O, C, M>>,
@@ -64,13 +50,6 @@ where
     gate
 }
 
-pub(super) fn scope_len(scope: &NamespaceScope) -> usize {
-    match scope {
-        NamespaceScope::All => 1,
-        NamespaceScope::Only(n) => n.len(),
-    }
-}
-
 async fn watch_kind<W, O, C, M>(
     ctx: Arc<WatchContext<W, O, C, M>>,
     kind: WorkloadKind,
@@ -84,56 +63,57 @@ where
     M: WatchObserver,
 {
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
-    let mut synced = vec![false; apis.len()];
-    let mut relisting: Vec<Option<HashSet<WorkloadKey>>> = vec![None; apis.len()];
-    let mut stream = watch_streams(apis, config);
-    while let Some((i, event)) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Init) => relisting[i] = Some(HashSet::new()),
-            Ok(watcher::Event::InitApply(obj)) => {
-                if let Some(key) = ctx.apply_workload(kind, obj).await
-                    && let Some(seen) = relisting[i].as_mut()
-                {
-                    seen.insert(key);
-                }
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = relisting[i].take() {
-                    // Workloads deleted while the watch was down.
-                    let ns_of_stream = stream_namespace(&ctx.settings.scope, i);
-                    ctx.engine.index.retain_workloads(kind, |k| {
-                        seen.contains(k) || ns_of_stream.is_some_and(|ns| ns != &*k.namespace)
-                    });
-                }
-                if !synced[i] {
-                    synced[i] = true;
-                    gate.done_one();
-                }
-            }
-            Ok(watcher::Event::Apply(obj)) => {
-                ctx.apply_workload(kind, obj).await;
-            }
-            Ok(watcher::Event::Delete(obj)) => {
-                if let (Some(ns), Some(name)) = (
-                    obj.metadata.namespace.as_deref(),
-                    obj.metadata.name.as_deref(),
-                ) {
-                    ctx.engine
-                        .index
-                        .delete_workload(&WorkloadKey::new(kind, ns, name));
-                }
-            }
-            Err(e) => watch_error(&ctx.observer, kind.as_str(), &e),
-        }
-    }
+    let stream = watch_streams(apis, config);
+    let mut verbs = WorkloadVerbs {
+        ctx: ctx.clone(),
+        kind,
+    };
+    drive(
+        stream,
+        stream_namespaces(&ctx.settings.scope),
+        &mut verbs,
+        &gate,
+    )
+    .await;
     anyhow::bail!("the {kind} watch ended")
 }
 
-/// The namespace a scoped stream watches (`None`: cluster-wide).
-pub(super) fn stream_namespace(scope: &NamespaceScope, stream: usize) -> Option<&str> {
-    match scope {
-        NamespaceScope::All => None,
-        NamespaceScope::Only(nss) => nss.get(stream).map(String::as_str),
+/// Workloads of one kind into the index.
+struct WorkloadVerbs<W, O, C, M> {
+    ctx: Arc<WatchContext<W, O, C, M>>,
+    kind: WorkloadKind,
+}
+
+impl<W, O, C, M> IndexVerbs<DynamicObject> for WorkloadVerbs<W, O, C, M>
+where
+    W: WorkloadWriter,
+    O: QueueObserver,
+    C: ConfigObserver,
+    M: WatchObserver,
+{
+    type Key = WorkloadKey;
+
+    async fn apply(&mut self, obj: DynamicObject, _phase: Phase) -> Option<WorkloadKey> {
+        self.ctx.apply_workload(self.kind, obj).await
+    }
+
+    async fn delete(&mut self, obj: DynamicObject) {
+        let meta = &obj.metadata;
+        if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
+            let key = WorkloadKey::new(self.kind, ns, name);
+            self.ctx.engine.index.delete_workload(&key);
+        }
+    }
+
+    /// Workloads deleted while the watch was down.
+    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<WorkloadKey>, _first: bool) {
+        self.ctx.engine.index.retain_workloads(self.kind, |k| {
+            seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
+        });
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        watch_error(&self.ctx.observer, self.kind.as_str(), error);
     }
 }
 

@@ -2,6 +2,11 @@
 //! front, the admin credentials behind (a kube `Client`). While a fault is armed, requests it
 //! matches get a real HTTP 500 with a Kubernetes `Status` body, as an overloaded or failing API
 //! server would answer; everything else (watches included) streams through.
+//!
+//! Watches can be frozen and then expired, the way a watch breaks for real: a frozen watch
+//! delivers nothing more (its events are held back, then dropped), and on expiry it ends with
+//! the `410 Expired` error event an API server sends when the client's resource version is no
+//! longer in its watch cache, so the client has to list again.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,10 +27,29 @@ pub struct ListFault {
     pub remaining: u64,
 }
 
-#[derive(Clone, Default)]
+/// What happens to the watches of one resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchFault {
+    None,
+    Frozen(&'static str),
+    Expired(&'static str),
+}
+
+#[derive(Clone)]
 struct Shared {
     fault: Arc<Mutex<Option<ListFault>>>,
     failed: Arc<AtomicU64>,
+    watches: Arc<tokio::sync::watch::Sender<WatchFault>>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            fault: Default::default(),
+            failed: Default::default(),
+            watches: Arc::new(tokio::sync::watch::Sender::new(WatchFault::None)),
+        }
+    }
 }
 
 pub struct FaultProxy {
@@ -70,6 +94,25 @@ impl FaultProxy {
         *self.shared.fault.lock().unwrap() = Some(fault);
     }
 
+    /// Open and new watches of `resource` (e.g. "configmaps") deliver nothing from now on.
+    pub fn freeze_watches(&self, resource: &'static str) {
+        self.shared
+            .watches
+            .send_replace(WatchFault::Frozen(resource));
+    }
+
+    /// Frozen watches drop what they held and end with a `410 Expired` error event; watches
+    /// opened after this stream normally.
+    pub fn expire_watches(&self) {
+        let expired = match *self.shared.watches.borrow() {
+            WatchFault::Frozen(resource) | WatchFault::Expired(resource) => resource,
+            WatchFault::None => return,
+        };
+        self.shared
+            .watches
+            .send_replace(WatchFault::Expired(expired));
+    }
+
     /// How many requests the fault has failed so far.
     pub fn failed(&self) -> u64 {
         self.shared.failed.load(Ordering::Relaxed)
@@ -102,6 +145,12 @@ fn resource_of(path: &str) -> Option<(&str, bool)> {
     }
 }
 
+/// The resource of a watch request (`None`: not a watch).
+fn watched_resource(path: &str, query: Option<&str>) -> Option<String> {
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    watch.then(|| resource_of(path).map(|(r, _)| r.to_string()))?
+}
+
 fn should_fail(shared: &Shared, method: &Method, path: &str, query: Option<&str>) -> bool {
     let watch = query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("watch=")));
     let is_list =
@@ -120,6 +169,83 @@ fn should_fail(shared: &Shared, method: &Method, path: &str, query: Option<&str>
     f.remaining -= 1;
     shared.failed.fetch_add(1, Ordering::Relaxed);
     true
+}
+
+/// The error event an API server ends a watch with when it cannot resume it.
+const EXPIRED_EVENT: &str = concat!(
+    r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"#,
+    r#""status":"Failure","message":"too old resource version (injected by the test's fault proxy)","#,
+    r#""reason":"Expired","code":410}}"#,
+    "\n"
+);
+
+/// A watch response body that forwards whole event lines while its resource's watches flow,
+/// holds them while frozen, and ends with [`EXPIRED_EVENT`] once expired.
+fn faultable_watch(
+    body: Body,
+    resource: String,
+    faults: tokio::sync::watch::Receiver<WatchFault>,
+) -> Body {
+    use futures::StreamExt;
+    let watch = WatchBody {
+        inner: body.into_data_stream(),
+        pending: Vec::new(),
+        faults,
+        resource,
+        frozen: false,
+        ended: false,
+    };
+    let lines = futures::stream::unfold(watch, |mut watch| async move {
+        if watch.ended {
+            return None;
+        }
+        let (line, last) = watch.next_line().await?;
+        watch.ended = last;
+        Some((
+            Ok::<_, std::io::Error>(axum::body::Bytes::from(line)),
+            watch,
+        ))
+    });
+    Body::from_stream(lines.boxed())
+}
+
+struct WatchBody {
+    inner: axum::body::BodyDataStream,
+    /// Bytes of an event line not complete yet.
+    pending: Vec<u8>,
+    faults: tokio::sync::watch::Receiver<WatchFault>,
+    resource: String,
+    /// Held back at some point: only such a watch expires (those opened later flow).
+    frozen: bool,
+    ended: bool,
+}
+
+impl WatchBody {
+    /// The next whole event line, and whether it is the last; `None` when the server ended.
+    async fn next_line(&mut self) -> Option<(Vec<u8>, bool)> {
+        use futures::StreamExt;
+        loop {
+            let fault = *self.faults.borrow_and_update();
+            match fault {
+                WatchFault::Expired(r) if r == self.resource && self.frozen => {
+                    return Some((EXPIRED_EVENT.as_bytes().to_vec(), true));
+                }
+                WatchFault::Frozen(r) if r == self.resource => {
+                    self.frozen = true;
+                    self.faults.changed().await.ok()?;
+                    continue;
+                }
+                _ => {}
+            }
+            if let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+                return Some((self.pending.drain(..=end).collect(), false));
+            }
+            tokio::select! {
+                chunk = self.inner.next() => self.pending.extend_from_slice(&chunk?.ok()?),
+                changed = self.faults.changed() => changed.ok()?,
+            }
+        }
+    }
 }
 
 fn hop_by_hop(name: &HeaderName) -> bool {
@@ -178,7 +304,14 @@ async fn forward(State((client, shared)): State<(kube::Client, Shared)>, req: Re
             for n in names {
                 p.headers.remove(n);
             }
-            Response::from_parts(p, Body::new(b))
+            let body = Body::new(b);
+            match watched_resource(parts.uri.path(), parts.uri.query()) {
+                Some(resource) => {
+                    let faults = shared.watches.subscribe();
+                    Response::from_parts(p, faultable_watch(body, resource, faults))
+                }
+                None => Response::from_parts(p, body),
+            }
         }
         Err(e) => (StatusCode::BAD_GATEWAY, format!("fault proxy: {e}")).into_response(),
     }
