@@ -46,6 +46,31 @@ struct Change<'a> {
     observed_at: Instant,
 }
 
+/// What the watches feed into the engine. Object-safe, so the watch code does not carry the
+/// engine's writer and observer types.
+pub trait ConfigEvents: Send + Sync + 'static {
+    /// A config was listed or changed; returns how many workloads were queued.
+    fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize;
+    /// A config was deleted; returns how many workloads were queued.
+    fn config_deleted(&self, key: &ConfigKey) -> usize;
+    /// Reconciles recorded hashes in `namespaces` (`None`: all owned).
+    fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize;
+}
+
+impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for Engine<W, O, C> {
+    fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
+        Engine::config_applied(self, key, state, phase)
+    }
+
+    fn config_deleted(&self, key: &ConfigKey) -> usize {
+        Engine::config_deleted(self, key)
+    }
+
+    fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
+        Engine::reconcile_recorded(self, namespaces)
+    }
+}
+
 /// Why a config event arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {

@@ -3,10 +3,7 @@
 //! - leadership: every replica campaigns for `stakater-reloader-lock`; the leader publishes the
 //!   assignment (live members with sharding, or only itself with plain `--enable-ha`) with an
 //!   increasing generation in a ConfigMap every replica watches;
-//! - handover: on a new generation, namespaces gained are indexed (the watch side reports the
-//!   generation synced in the membership Lease) while the previous owners keep acting; once every
-//!   member has synced the generation, the previous assignment is dropped and lost namespaces are
-//!   forgotten. Overlap is safe because writes are idempotent and guarded by resourceVersion.
+//! - handover: the protocol of `handover.rs`, whose steps this runs against the Leases.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,6 +20,8 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+pub use super::handover::OwnershipChange;
+use super::handover::{self, HandoverStep};
 use super::lease::{self, Member};
 use super::liveness::Liveness;
 use super::{Assignment, Ownership, ShardState};
@@ -38,14 +37,6 @@ pub struct ShardSettings {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
-}
-
-/// Namespaces this replica must start or stop indexing, for an assignment generation.
-#[derive(Debug, Clone, Default)]
-pub struct OwnershipChange {
-    pub generation: u64,
-    pub entered: Vec<String>,
-    pub left: Vec<String>,
 }
 
 pub struct Coordinator {
@@ -346,12 +337,7 @@ impl Coordinator {
         if !installed {
             return;
         }
-        let after = self.owned_now();
-        let change = OwnershipChange {
-            generation: next.generation,
-            entered: after.difference(&before).cloned().collect(),
-            left: before.difference(&after).cloned().collect(),
-        };
+        let change = OwnershipChange::between(next.generation, &before, &self.owned_now());
         info!(
             generation = next.generation,
             members = next.members.len(),
@@ -371,19 +357,15 @@ impl Coordinator {
             .collect()
     }
 
-    /// Completes a handover in two steps, both decided from the membership Leases:
-    /// 1. every member of the current assignment has synced it -> stop acting on what only the
-    ///    previous assignment gave us, forget those namespaces, report the generation released;
-    /// 2. every live previous owner has released -> clear `previous`; replicas that gained
-    ///    namespaces start writing only now, so a namespace never has two writers.
+    /// Completes handovers, each step decided by [`handover::next_step`] from a view snapshot
+    /// and the membership Leases.
     async fn handover_loop(self: Arc<Self>) -> anyhow::Result<()> {
         loop {
             tokio::time::sleep(self.settings.retry_period / 2).await;
             let view = self.state.view();
-            let (Some(current), Some(previous)) = (view.current.clone(), view.previous.clone())
-            else {
+            if view.previous.is_none() {
                 continue;
-            };
+            }
             let members = match self.members().await {
                 Ok(m) => m,
                 Err(e) => {
@@ -391,60 +373,45 @@ impl Coordinator {
                     continue;
                 }
             };
-            let generation = current.generation;
-            if !view.released_previous {
-                let synced_by_all = current.members.iter().all(|id| {
-                    members
-                        .iter()
-                        .any(|m| &m.identity == id && m.synced_generation >= generation)
-                });
-                if !synced_by_all {
-                    continue;
+            match handover::next_step(&view, &members) {
+                HandoverStep::Wait => {}
+                HandoverStep::Release(generation) => self.release_previous(generation).await,
+                HandoverStep::Complete(generation) => {
+                    // A newer assignment installed while the Leases were read keeps its own
+                    // handover: completing the older one would put the older assignment back.
+                    if self.state.update_view(|v| v.complete_handover(generation)) {
+                        info!(generation, "handover complete");
+                    }
                 }
-                let before = self.owned_now();
-                // Only if the assignment did not change while the Leases were read.
-                let released = self.state.update_view(|v| v.release_previous(generation));
-                if !released {
-                    continue;
-                }
-                let after = self.owned_now();
-                let left: Vec<String> = before.difference(&after).cloned().collect();
-                // Writes already started for those namespaces finish before we say so.
-                let deadline = Instant::now() + self.settings.renew_deadline;
-                while self.ownership.writing_in(&left) && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                self.released.fetch_max(generation, Ordering::AcqRel);
-                info!(
-                    generation,
-                    released = left.len(),
-                    "gave up namespaces that moved"
-                );
-                let _ = self.changes.send(OwnershipChange {
-                    generation,
-                    entered: vec![],
-                    left,
-                });
-                let _ = self.renew_once().await;
-                continue;
-            }
-            // A previous owner that is no longer live is fenced: it cannot write.
-            let released_by_all = previous.members.iter().all(|id| {
-                members
-                    .iter()
-                    .find(|m| &m.identity == id)
-                    .is_none_or(|m| !m.live || m.released_generation >= generation)
-            });
-            if !released_by_all {
-                continue;
-            }
-            // A newer assignment installed while the Leases were read keeps its own handover:
-            // completing the older one would put the older assignment back.
-            let completed = self.state.update_view(|v| v.complete_handover(generation));
-            if completed {
-                info!(generation, "handover complete");
             }
         }
+    }
+
+    /// Stops acting on what only the previous assignment gave, lets writes already started
+    /// there finish, forgets those namespaces and reports `generation` released.
+    async fn release_previous(&self, generation: u64) {
+        let before = self.owned_now();
+        // Only if the assignment did not change while the Leases were read.
+        if !self.state.update_view(|v| v.release_previous(generation)) {
+            return;
+        }
+        let left: Vec<String> = before.difference(&self.owned_now()).cloned().collect();
+        let deadline = Instant::now() + self.settings.renew_deadline;
+        while self.ownership.writing_in(&left) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.released.fetch_max(generation, Ordering::AcqRel);
+        info!(
+            generation,
+            released = left.len(),
+            "gave up namespaces that moved"
+        );
+        let _ = self.changes.send(OwnershipChange {
+            generation,
+            entered: vec![],
+            left,
+        });
+        let _ = self.renew_once().await;
     }
 }
 

@@ -6,11 +6,13 @@
 
 mod assignment;
 pub mod coordinator;
+pub mod handover;
 mod lease;
 mod liveness;
 pub mod ring;
 
 pub use assignment::Assignment;
+pub use handover::{SETTLE_WINDOW, ShardView};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,70 +20,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashSet;
-
-/// The assignments this replica acts on: the current one and, during a handover, the previous
-/// one (the old owner keeps acting until the new owners have synced: overlap, never a gap).
-#[derive(Debug, Default, Clone)]
-pub struct ShardView {
-    pub current: Option<Arc<Assignment>>,
-    pub previous: Option<Arc<Assignment>>,
-    /// This replica stopped acting on what only `previous` gave it (every member has synced
-    /// `current`); `previous` is cleared once every previous owner has released it too.
-    pub released_previous: bool,
-}
-
-/// How long after a handover writes keep checking that this replica's config view is current.
-/// A replica's lists and watches lag the API server by well under a second normally and by a few
-/// seconds under load; past this window only one replica acts on a namespace.
-pub const SETTLE_WINDOW: Duration = Duration::from_secs(30);
-
-/// View transitions, each applied under the view's lock by [`ShardState::update_view`]. The
-/// handover loop decides from a snapshot taken before reading the Leases; each transition
-/// re-checks the generation so an assignment installed meanwhile is never overwritten.
-impl ShardView {
-    fn generation(&self) -> Option<u64> {
-        self.current.as_ref().map(|a| a.generation)
-    }
-
-    /// Installs a newer assignment (false if not newer). Keeps acting on what the last completed
-    /// assignment gave: if generations follow each other before a handover completes, the older,
-    /// completed one stays as `previous`; replacing it would leave namespaces with nobody acting.
-    pub fn install(&mut self, next: Arc<Assignment>) -> bool {
-        if self.generation().is_some_and(|g| g >= next.generation) {
-            return false;
-        }
-        let previous = self.previous.take().or_else(|| self.current.take());
-        *self = ShardView {
-            current: Some(next),
-            previous,
-            released_previous: false,
-        };
-        true
-    }
-
-    /// Step 1 of a handover of `generation`: stop acting on what only `previous` gave. False if
-    /// the current assignment is no longer `generation`.
-    pub fn release_previous(&mut self, generation: u64) -> bool {
-        if self.generation() != Some(generation) {
-            return false;
-        }
-        if self.previous.is_some() {
-            self.released_previous = true;
-        }
-        true
-    }
-
-    /// Step 2: every previous owner released `generation`; drop `previous`. False (and nothing
-    /// changed) if a newer assignment was installed meanwhile: it keeps its own handover.
-    pub fn complete_handover(&mut self, generation: u64) -> bool {
-        if self.generation() != Some(generation) || !self.released_previous {
-            return false;
-        }
-        self.previous = None;
-        self.released_previous = false;
-        true
-    }
-}
 
 #[derive(Debug)]
 pub struct ShardState {
@@ -157,10 +95,9 @@ impl ShardState {
     /// here: an assignment installed meanwhile must never be overwritten by a stale one.
     pub fn update_view<R>(&self, change: impl FnOnce(&mut ShardView) -> R) -> R {
         let mut view = self.view.write().expect("shard view lock");
-        let generation = |v: &ShardView| v.current.as_ref().map(|a| a.generation);
-        let before = generation(&view);
+        let before = view.generation();
         let result = change(&mut view);
-        if generation(&view) != before || view.previous.is_some() {
+        if view.generation() != before || view.previous.is_some() {
             let ms = self.epoch.elapsed().as_millis() as u64;
             self.changed_at_ms.store(ms.max(1), Ordering::Release);
         }

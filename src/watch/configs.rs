@@ -16,15 +16,14 @@ use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::digest::{ConfigPayload, DigestPoolClosed};
-use crate::engine::{ConfigObserver, Phase};
+use crate::engine::Phase;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
-use crate::rollout::{QueueObserver, WorkloadWriter};
 
 use super::driver::{IndexVerbs, drive, map_event};
 use super::{
-    SyncGate, WatchContext, WatchObserver, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
-    watch_error, watch_streams,
+    SyncGate, WatchContext, dynamic_apis, scope_len, scoped_apis, stream_namespaces, watch_error,
+    watch_streams,
 };
 
 /// A watched config object, split into identity, annotations and payload.
@@ -85,17 +84,11 @@ pub(crate) fn spc_resource() -> ApiResource {
     )
 }
 
-pub(super) fn spawn_all<W, O, C, M>(
-    ctx: &Arc<WatchContext<W, O, C, M>>,
+pub(super) fn spawn_all(
+    ctx: &Arc<WatchContext>,
     tasks: &mut JoinSet<anyhow::Result<()>>,
     streaming_lists: bool,
-) -> SyncGate
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+) -> SyncGate {
     let kinds: Vec<ConfigKind> = ConfigKind::ALL
         .into_iter()
         .filter(|k| ctx.settings.watches_config(*k))
@@ -112,14 +105,10 @@ where
         }
         match kind {
             ConfigKind::ConfigMap => {
-                tasks.spawn(
-                    async move { watch_kind::<ConfigMap, _, _, _, _>(ctx, config, gate).await },
-                );
+                tasks.spawn(async move { watch_kind::<ConfigMap>(ctx, config, gate).await });
             }
             ConfigKind::Secret => {
-                tasks.spawn(
-                    async move { watch_kind::<Secret, _, _, _, _>(ctx, config, gate).await },
-                );
+                tasks.spawn(async move { watch_kind::<Secret>(ctx, config, gate).await });
             }
             ConfigKind::SecretProviderClass => {
                 // Pod statuses carry no user labels: the resource selector does not apply.
@@ -130,18 +119,14 @@ where
     gate
 }
 
-async fn watch_kind<K, W, O, C, M>(
-    ctx: Arc<WatchContext<W, O, C, M>>,
+async fn watch_kind<K>(
+    ctx: Arc<WatchContext>,
     config: watcher::Config,
     gate: SyncGate,
 ) -> anyhow::Result<()>
 where
     K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     K::DynamicType: Default,
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
 {
     let apis: Vec<Api<K>> = scoped_apis(&ctx.client, &ctx.settings.scope);
     // Digests run on the pool while events keep their order: two in flight per worker keeps
@@ -179,18 +164,12 @@ pub(super) struct Reduced {
 }
 
 /// ConfigMaps and Secrets into the index.
-struct ConfigVerbs<W, O, C, M> {
-    ctx: Arc<WatchContext<W, O, C, M>>,
+struct ConfigVerbs {
+    ctx: Arc<WatchContext>,
     kind: ConfigKind,
 }
 
-impl<W, O, C, M> IndexVerbs<Reduced> for ConfigVerbs<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl IndexVerbs<Reduced> for ConfigVerbs {
     type Key = ConfigKey;
 
     async fn apply(&mut self, obj: Reduced, phase: Phase) -> Option<ConfigKey> {
@@ -210,7 +189,7 @@ where
             return;
         }
         // Deleted while the watch was down: real deletions.
-        let index = &self.ctx.engine.index;
+        let index = &self.ctx.index;
         for key in index.config_keys(self.kind, namespace) {
             if !seen.contains(&key) {
                 self.ctx.engine.config_deleted(&key);
@@ -219,17 +198,11 @@ where
     }
 
     fn failed(&mut self, error: &watcher::Error) {
-        watch_error(&self.ctx.observer, self.kind.as_str(), error);
+        watch_error(self.ctx.observer.as_ref(), self.kind.as_str(), error);
     }
 }
 
-impl<W, O, C, M> WatchContext<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl WatchContext {
     fn flag(&self, annotations: &BTreeMap<String, String>, key: &str) -> bool {
         crate::policy::config_flag(annotations, key)
     }
@@ -250,7 +223,7 @@ where
                 state: None,
             };
         }
-        if !self.engine.ownership.owns(&ns) {
+        if !self.ownership.owns(&ns) {
             return Reduced {
                 key: None,
                 state: None,
@@ -291,7 +264,7 @@ where
     /// A SecretProviderClassPodStatus: the mounted versions of one SecretProviderClass in one pod.
     async fn prepare_spc(&self, obj: DynamicObject) -> Option<(ConfigKey, ConfigState)> {
         let ns = obj.namespace()?;
-        if !self.engine.ownership.owns(&ns) {
+        if !self.ownership.owns(&ns) {
             return None;
         }
         let status = obj.data.get("status")?;
@@ -354,16 +327,7 @@ impl ReportedVersions {
     }
 }
 
-async fn watch_spc<W, O, C, M>(
-    ctx: Arc<WatchContext<W, O, C, M>>,
-    gate: SyncGate,
-) -> anyhow::Result<()>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+async fn watch_spc(ctx: Arc<WatchContext>, gate: SyncGate) -> anyhow::Result<()> {
     let ar = spc_pod_status_resource();
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &ar);
     let stream = watch_streams(apis, watcher::Config::default().any_semantic());
@@ -382,18 +346,12 @@ where
 }
 
 /// SecretProviderClassPodStatuses into the index, as their SecretProviderClass's state.
-struct PodStatusVerbs<W, O, C, M> {
-    ctx: Arc<WatchContext<W, O, C, M>>,
+struct PodStatusVerbs {
+    ctx: Arc<WatchContext>,
     reported: ReportedVersions,
 }
 
-impl<W, O, C, M> IndexVerbs<DynamicObject> for PodStatusVerbs<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl IndexVerbs<DynamicObject> for PodStatusVerbs {
     type Key = PodStatusId;
 
     async fn apply(&mut self, obj: DynamicObject, phase: Phase) -> Option<PodStatusId> {
@@ -416,7 +374,11 @@ where
     }
 
     fn failed(&mut self, error: &watcher::Error) {
-        watch_error(&self.ctx.observer, "secretproviderclasspodstatus", error);
+        watch_error(
+            self.ctx.observer.as_ref(),
+            "secretproviderclasspodstatus",
+            error,
+        );
     }
 }
 

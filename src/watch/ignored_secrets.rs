@@ -19,13 +19,11 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, warn};
 
-use crate::engine::ConfigObserver;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
 use crate::rollout::kube::api_resource;
-use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::telemetry::events::workload_reference;
 
-use super::{WatchContext, WatchObserver};
+use super::WatchContext;
 
 /// The API server gets at most this many probes per second from this check.
 pub const PROBES_PER_SECOND: u32 = 5;
@@ -74,13 +72,7 @@ pub(super) type Notice = (ConfigKey, Instant);
 /// Where workload events report Secrets they use that the index does not hold.
 pub(super) type Notices = mpsc::UnboundedSender<Notice>;
 
-impl<W, O, C, M> WatchContext<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl WatchContext {
     /// After a workload was indexed (once ready): its Secrets the index does not hold go to the
     /// check. `secrets` are the workload's Secret edges.
     pub(super) fn notice_unindexed_secrets(&self, secrets: Vec<ConfigKey>) {
@@ -88,7 +80,7 @@ where
             return;
         };
         for key in secrets {
-            if self.engine.index.config(&key).is_none() {
+            if self.index.config(&key).is_none() {
                 let _ = notices.send((key, Instant::now()));
             }
         }
@@ -102,7 +94,7 @@ where
         let mut verdicts = Verdicts::default();
         let mut pace = tokio::time::interval(Duration::from_secs(1) / PROBES_PER_SECOND);
         pace.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let swept = self.engine.index.unresolved_configs(ConfigKind::Secret);
+        let swept = self.index.unresolved_configs(ConfigKind::Secret);
         debug!(
             count = swept.len(),
             "Secrets used but not indexed, checking their types"
@@ -124,7 +116,7 @@ where
         pace: &mut tokio::time::Interval,
     ) {
         // Indexed meanwhile (created, or a backfill caught up): it is watched.
-        if self.engine.index.config(&key).is_some() || !self.engine.ownership.owns(&key.namespace) {
+        if self.index.config(&key).is_some() || !self.ownership.owns(&key.namespace) {
             return;
         }
         if verdicts.needs_probe(&key, Instant::now()) {
@@ -141,7 +133,7 @@ where
         let Some(secret_type) = verdicts.ignored_type(&key).map(str::to_owned) else {
             return;
         };
-        for entry in self.engine.index.candidates(&key) {
+        for entry in self.index.candidates(&key) {
             if entry.edge_configs().contains(&key) && verdicts.first_warning(&entry.key, &key) {
                 self.warn_ignored(&entry.key, &key, &secret_type).await;
             }

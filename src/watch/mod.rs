@@ -5,6 +5,7 @@
 //! the index, so changes made while the watch was down are real changes, not lost ones.
 
 pub mod access;
+mod backfill;
 mod configs;
 mod driver;
 mod ignored_secrets;
@@ -23,14 +24,16 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::config::{NamespaceScope, Settings};
 use crate::digest::DigestPool;
-use crate::engine::{ConfigObserver, Engine};
+use crate::engine::{ConfigEvents, ConfigObserver, Engine};
+use crate::index::ReverseIndex;
 use crate::rollout::pause::PauseKeeper;
+use crate::rollout::tenants::Tenants;
 use crate::rollout::{QueueObserver, WorkloadWriter};
+use crate::shard::Ownership;
 use crate::telemetry::events::EventSink;
 
 pub use configs::ConfigSource;
@@ -45,14 +48,17 @@ pub trait WatchObserver: Send + Sync + 'static {
 impl WatchObserver for () {}
 
 /// Everything the watches share.
-pub struct WatchContext<W, O, C, M = ()> {
-    pub client: Client,
-    pub engine: Arc<Engine<W, O, C>>,
-    pub pool: DigestPool,
-    pub settings: Arc<Settings>,
-    pub events: EventSink,
-    pub pauses: PauseKeeper,
-    pub observer: M,
+pub struct WatchContext {
+    client: Client,
+    engine: Arc<dyn ConfigEvents>,
+    index: Arc<ReverseIndex>,
+    ownership: Arc<Ownership>,
+    tenants: Arc<Tenants>,
+    pool: DigestPool,
+    settings: Arc<Settings>,
+    events: EventSink,
+    pauses: PauseKeeper,
+    observer: Box<dyn WatchObserver>,
     /// Bad annotation values already reported, so each gets one Warning, not one per event.
     reported: dashmap::DashSet<
         (crate::model::WorkloadKey, crate::policy::PolicyProblem),
@@ -63,23 +69,16 @@ pub struct WatchContext<W, O, C, M = ()> {
     ignored_secret_receiver:
         std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ignored_secrets::Notice>>>,
     ready: AtomicBool,
-    ready_notify: Notify,
 }
 
-impl<W, O, C, M> WatchContext<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
-    pub fn new(
+impl WatchContext {
+    pub fn new<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver>(
         client: Client,
         engine: Arc<Engine<W, O, C>>,
         pool: DigestPool,
         events: EventSink,
         pauses: PauseKeeper,
-        observer: M,
+        observer: impl WatchObserver,
     ) -> Arc<Self> {
         let settings = engine.settings.clone();
         let check_types = !settings.ignored_secret_types.is_empty()
@@ -92,17 +91,19 @@ where
         };
         Arc::new(Self {
             client,
+            index: engine.index.clone(),
+            ownership: engine.ownership.clone(),
+            tenants: engine.queue().tenants().clone(),
             engine,
             pool,
             settings,
             events,
             pauses,
-            observer,
+            observer: Box::new(observer),
             reported: Default::default(),
             ignored_secret_notices: notices,
             ignored_secret_receiver: std::sync::Mutex::new(receiver),
             ready: AtomicBool::new(false),
-            ready_notify: Notify::new(),
         })
     }
 
@@ -111,20 +112,10 @@ where
         self.ready.load(Ordering::Acquire)
     }
 
-    pub async fn wait_ready(&self) {
-        while !self.is_ready() {
-            let notified = self.ready_notify.notified();
-            if self.is_ready() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
     /// Runs every watch until one of them ends for good (which is a bug: the caller exits).
     pub async fn run(self: Arc<Self>, shard: Option<ShardLink>) -> anyhow::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
-        if self.engine.ownership.uses_selector() {
+        if self.ownership.uses_selector() {
             let synced = SyncGate::new(1);
             tasks.spawn(namespaces::run(self.clone(), synced.clone()));
             synced.wait().await;
@@ -152,10 +143,9 @@ where
         info!("workloads synced");
         let configs_synced = configs::spawn_all(&self, &mut tasks, streaming);
         configs_synced.wait().await;
-        info!(sizes = ?self.engine.index.sizes(), "configs synced");
+        info!(sizes = ?self.index.sizes(), "configs synced");
         self.engine.reconcile_recorded(None);
         self.ready.store(true, Ordering::Release);
-        self.ready_notify.notify_waiters();
         info!("ready");
         let receiver = self.ignored_secret_receiver.lock().unwrap().take();
         if let Some(notices) = receiver {
@@ -180,13 +170,7 @@ pub struct ShardLink {
     pub changes: tokio::sync::mpsc::UnboundedReceiver<crate::shard::coordinator::OwnershipChange>,
 }
 
-impl<W, O, C, M> WatchContext<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl WatchContext {
     /// Whether config watches can use streaming lists, asked with the first config kind watched
     /// in the first namespace of the scope (the same permission the watch itself needs).
     async fn probe_streaming_lists(self: Arc<Self>) -> bool {
@@ -224,40 +208,10 @@ where
     }
 
     fn current_generation(&self) -> u64 {
-        self.engine
-            .ownership
+        self.ownership
             .shard()
             .and_then(|s| s.view().current.map(|a| a.generation))
             .unwrap_or(0)
-    }
-
-    /// Indexes namespaces this replica gains and forgets those it loses, then reports the
-    /// generation as synced (the previous owners let go only after that).
-    async fn follow_assignment(
-        self: Arc<Self>,
-        mut link: ShardLink,
-        start_generation: u64,
-    ) -> anyhow::Result<()> {
-        while let Some(change) = link.changes.recv().await {
-            // Gains up to the start generation were covered by the first lists.
-            if change.generation > start_generation {
-                let entered: Vec<String> = change
-                    .entered
-                    .iter()
-                    .filter(|ns| self.engine.ownership.owns(ns))
-                    .cloned()
-                    .collect();
-                self.namespaces_entered(&entered).await;
-            }
-            for ns in &change.left {
-                if !self.engine.ownership.owns(ns) {
-                    info!(namespace = %ns, "namespace moved to another replica, forgetting it");
-                    self.engine.index.drop_namespace(ns);
-                }
-            }
-            link.coordinator.synced(change.generation);
-        }
-        anyhow::bail!("the shard coordinator stopped")
     }
 }
 
@@ -355,7 +309,7 @@ where
 }
 
 /// Logs a watch error and counts it; the backoff in the stream retries.
-fn watch_error<M: WatchObserver>(observer: &M, resource: &'static str, error: &watcher::Error) {
+fn watch_error(observer: &dyn WatchObserver, resource: &'static str, error: &watcher::Error) {
     warn!(resource, %error, "watch failed, retrying with backoff");
     observer.watch_restarted(resource);
 }

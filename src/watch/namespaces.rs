@@ -7,34 +7,18 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::config::NamespaceScope;
-use crate::engine::{ConfigObserver, Phase};
-use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::rollout::kube::api_resource;
+use crate::engine::Phase;
 use crate::rollout::tenants::Tenants;
-use crate::rollout::{QueueObserver, WorkloadWriter};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
-use super::configs::ConfigSource;
 use super::driver::{IndexVerbs, drive};
-use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
-use super::{SyncGate, WatchContext, WatchObserver, watch_error, watch_streams};
+use super::{SyncGate, WatchContext, watch_error, watch_streams};
 
-pub(super) async fn run<W, O, C, M>(
-    ctx: Arc<WatchContext<W, O, C, M>>,
-    gate: SyncGate,
-) -> anyhow::Result<()>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> anyhow::Result<()> {
     let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();
     let api: Api<Namespace> = Api::all(ctx.client.clone());
     let config = watcher::Config::default().labels(&selector).any_semantic();
@@ -45,17 +29,11 @@ where
 }
 
 /// The selected namespaces into the ownership (and, with `--tenant-label`, their tenants).
-struct SelectionVerbs<W, O, C, M> {
-    ctx: Arc<WatchContext<W, O, C, M>>,
+struct SelectionVerbs {
+    ctx: Arc<WatchContext>,
 }
 
-impl<W, O, C, M> IndexVerbs<Namespace> for SelectionVerbs<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl IndexVerbs<Namespace> for SelectionVerbs {
     type Key = String;
 
     /// A namespace selected after start-up is indexed as a start-up would; during the first
@@ -63,33 +41,24 @@ where
     async fn apply(&mut self, ns: Namespace, phase: Phase) -> Option<String> {
         let name = ns.name_any();
         let ctx = &self.ctx;
-        ctx.engine
-            .queue()
-            .tenants()
+        ctx.tenants
             .namespace_seen(&name, ns.metadata.labels.as_ref());
-        if ctx.engine.ownership.select(&name)
-            && phase == Phase::Live
-            && ctx.engine.ownership.owns(&name)
-        {
+        if ctx.ownership.select(&name) && phase == Phase::Live && ctx.ownership.owns(&name) {
             ctx.namespace_entered(&name).await;
         }
         Some(name)
     }
 
     async fn delete(&mut self, ns: Namespace) {
-        self.ctx
-            .engine
-            .queue()
-            .tenants()
-            .namespace_gone(&ns.name_any());
+        self.ctx.tenants.namespace_gone(&ns.name_any());
         self.ctx.namespace_left(&ns.name_any());
     }
 
     fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool) {
-        self.ctx.engine.queue().tenants().retain(&seen);
+        self.ctx.tenants.retain(&seen);
         if !first {
             // Namespaces that left the selection while the watch was down.
-            for name in self.ctx.engine.index.namespaces() {
+            for name in self.ctx.index.namespaces() {
                 if !seen.contains(&*name) {
                     self.ctx.namespace_left(&name);
                 }
@@ -98,27 +67,21 @@ where
     }
 
     fn failed(&mut self, error: &watcher::Error) {
-        watch_error(&self.ctx.observer, "namespace", error);
+        watch_error(self.ctx.observer.as_ref(), "namespace", error);
     }
 }
 
 /// `--tenant-label` without a namespace selector: watches only the namespaces carrying the label
 /// (metadata only), to group them into tenants; the others are their own tenant anyway.
-pub(super) async fn run_tenants<W, O, C, M>(
-    ctx: Arc<WatchContext<W, O, C, M>>,
+pub(super) async fn run_tenants(
+    ctx: Arc<WatchContext>,
     label: String,
     gate: SyncGate,
-) -> anyhow::Result<()>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+) -> anyhow::Result<()> {
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(ctx.client.clone());
     let stream = watch_streams(vec![api], watcher::Config::default().labels(&label));
     let mut verbs = TenantVerbs {
-        tenants: ctx.engine.queue().tenants().clone(),
+        tenants: ctx.tenants.clone(),
         label,
         ctx: ctx.clone(),
     };
@@ -127,19 +90,13 @@ where
 }
 
 /// Labelled namespaces into the tenant groups.
-struct TenantVerbs<W, O, C, M> {
+struct TenantVerbs {
     tenants: Arc<Tenants>,
     label: String,
-    ctx: Arc<WatchContext<W, O, C, M>>,
+    ctx: Arc<WatchContext>,
 }
 
-impl<W, O, C, M> IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs {
     type Key = String;
 
     async fn apply(&mut self, ns: PartialObjectMeta<Namespace>, _: Phase) -> Option<String> {
@@ -160,224 +117,15 @@ where
     }
 
     fn failed(&mut self, error: &watcher::Error) {
-        watch_error(&self.ctx.observer, "namespace", error);
+        watch_error(self.ctx.observer.as_ref(), "namespace", error);
     }
 }
 
-impl<W, O, C, M> WatchContext<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl WatchContext {
     fn namespace_left(&self, namespace: &str) {
-        if self.engine.ownership.unselect(namespace) {
+        if self.ownership.unselect(namespace) {
             info!(namespace, "namespace left the selection, forgetting it");
-            self.engine.index.drop_namespace(namespace);
-        }
-    }
-
-    /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
-    pub(super) async fn namespace_entered(&self, namespace: &str) {
-        self.namespaces_entered(&[namespace.to_string()]).await;
-    }
-
-    /// Indexes namespaces gained (selection or shard handover) as a start-up would, then
-    /// reconciles their recorded hashes. A few namespaces are listed one by one; many at once
-    /// (a handover) are listed with one paginated list per kind, so a takeover of thousands of
-    /// namespaces costs a handful of LIST calls, not thousands.
-    pub(super) async fn namespaces_entered(&self, namespaces: &[String]) {
-        // Scoped mode: the shard assignment spans every namespace, but only the scope's can be
-        // read (anything else is a 403 and never watched).
-        let in_scope: Vec<String> = match &self.settings.scope {
-            NamespaceScope::All => namespaces.to_vec(),
-            NamespaceScope::Only(nss) => namespaces
-                .iter()
-                .filter(|n| nss.iter().any(|s| s == *n))
-                .cloned()
-                .collect(),
-        };
-        let namespaces = in_scope.as_slice();
-        if namespaces.is_empty() {
-            return;
-        }
-        info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
-        let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
-        let wanted = &wanted;
-        let targets: Vec<Option<&str>> = if namespaces.len() <= PER_NAMESPACE_LISTS {
-            namespaces.iter().map(|n| Some(n.as_str())).collect()
-        } else {
-            match &self.settings.scope {
-                NamespaceScope::All => vec![None],
-                NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
-            }
-        };
-        for target in &targets {
-            for kind in WorkloadKind::ALL
-                .into_iter()
-                .filter(|k| self.settings.handles_workload(*k))
-            {
-                let ar = api_resource(kind);
-                let api: Api<DynamicObject> = match target {
-                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-                    None => Api::all_with(self.client.clone(), &ar),
-                };
-                self.backfill_pages(
-                    &api,
-                    ListParams::default().limit(WORKLOAD_PAGE_SIZE),
-                    kind.as_str(),
-                    *target,
-                    wanted,
-                    |obj: DynamicObject| async move {
-                        if obj
-                            .metadata
-                            .namespace
-                            .as_deref()
-                            .is_some_and(|ns| wanted.contains(ns))
-                        {
-                            self.apply_workload(kind, obj).await;
-                        }
-                    },
-                )
-                .await;
-            }
-            if self.settings.watches_config(ConfigKind::ConfigMap) {
-                self.list_configs::<ConfigMap>(*target, wanted).await;
-            }
-            if self.settings.watches_config(ConfigKind::Secret) {
-                self.list_configs::<Secret>(*target, wanted).await;
-            }
-        }
-        let set: HashSet<String> = namespaces.iter().cloned().collect();
-        self.engine.reconcile_recorded(Some(&set));
-    }
-
-    async fn list_configs<K>(&self, target: Option<&str>, wanted: &HashSet<&str>)
-    where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        let api: Api<K> = match target {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
-        let mut params = ListParams::default();
-        if let Some(selector) = &self.settings.resource_label_selector {
-            params = params.labels(selector);
-        }
-        if let Some(fields) = self.settings.config_field_selector(K::KIND) {
-            params = params.fields(&fields);
-        }
-        let params = params.limit(CONFIG_PAGE_SIZE);
-        self.backfill_pages(&api, params, K::KIND.as_str(), target, wanted, |obj: K| {
-            self.backfill_config(obj, wanted)
-        })
-        .await;
-    }
-
-    /// Reads every page of one backfill LIST, handing each item to `each`. A failed page is
-    /// retried with capped backoff, from the first page (its continue token may have expired:
-    /// items seen twice are applied twice, which is idempotent), until the list succeeds or none
-    /// of `wanted` is owned any more. The caller reports the generation synced only after every
-    /// list returned, so a namespace is never reported synced while half indexed: a config
-    /// missing from the index would make its next change look like a creation, not reloaded.
-    async fn backfill_pages<K, F, Fut>(
-        &self,
-        api: &Api<K>,
-        params: ListParams,
-        resource: &'static str,
-        target: Option<&str>,
-        wanted: &HashSet<&str>,
-        mut each: F,
-    ) where
-        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-        F: FnMut(K) -> Fut,
-        Fut: std::future::Future<Output = ()>,
-    {
-        let mut backoff = BACKFILL_RETRY_BASE;
-        'list: loop {
-            let mut pages = Pages::new(api, params.clone());
-            while let Some(page) = pages.next().await {
-                let error = match page {
-                    Ok(items) => {
-                        for obj in items {
-                            each(obj).await;
-                        }
-                        continue;
-                    }
-                    Err(e) => e,
-                };
-                if !wanted.iter().any(|ns| self.engine.ownership.owns(ns)) {
-                    info!(namespace = ?target, resource, "stopped listing: no longer owned");
-                    return;
-                }
-                warn!(namespace = ?target, resource, %error, retry_in = ?backoff,
-                    "backfill list failed; retrying before the namespaces count as synced");
-                self.observer.backfill_list_failed(resource);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKFILL_RETRY_CAP);
-                continue 'list;
-            }
-            return;
-        }
-    }
-
-    /// Indexes one listed config if it is in a gained namespace (hashed on the digest pool).
-    async fn backfill_config<K: ConfigSource>(&self, obj: K, wanted: &HashSet<&str>) {
-        let Some(namespace) = obj.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
-            return;
-        };
-        let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
-        match self.config_state(obj).await {
-            Ok(state) => {
-                self.engine.config_applied(key, state, Phase::Backfill);
-            }
-            Err(e) => warn!(config = %key, error = %e, "config not hashed"),
-        }
-    }
-}
-
-/// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
-const PER_NAMESPACE_LISTS: usize = 8;
-
-/// Backoff between attempts of a failed backfill list.
-const BACKFILL_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(200);
-const BACKFILL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
-/// only the gained namespaces: collecting every page first held the whole cluster's configs and
-/// workloads at once (a replica went from 66 to ~770 MiB in the 4-replica medium load test).
-struct Pages<'a, K> {
-    api: &'a Api<K>,
-    params: Option<ListParams>,
-}
-
-impl<'a, K> Pages<'a, K>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    /// `params` carries the page size (`limit`).
-    fn new(api: &'a Api<K>, params: ListParams) -> Self {
-        Self {
-            api,
-            params: Some(params),
-        }
-    }
-
-    /// The next page; `None` after the last page or an error.
-    async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
-        let params = self.params.take()?;
-        match self.api.list(&params).await {
-            Ok(page) => {
-                self.params = page
-                    .metadata
-                    .continue_
-                    .filter(|c| !c.is_empty())
-                    .map(|token| params.continue_token(&token));
-                Some(Ok(page.items))
-            }
-            Err(e) => Some(Err(e)),
+            self.index.drop_namespace(namespace);
         }
     }
 }

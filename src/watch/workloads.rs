@@ -9,30 +9,22 @@ use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use crate::engine::{ConfigObserver, Phase};
+use crate::engine::Phase;
 use crate::index::workload_entry_from_dynamic;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::rollout::kube::api_resource;
-use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::telemetry::events::workload_reference;
 
 use super::driver::{IndexVerbs, drive};
 use super::{
-    SyncGate, WatchContext, WatchObserver, dynamic_apis, scope_len, stream_namespaces, watch_error,
-    watch_streams,
+    SyncGate, WatchContext, dynamic_apis, scope_len, stream_namespaces, watch_error, watch_streams,
 };
 
-pub(super) fn spawn_all<W, O, C, M>(
-    ctx: &Arc<WatchContext<W, O, C, M>>,
+pub(super) fn spawn_all(
+    ctx: &Arc<WatchContext>,
     tasks: &mut JoinSet<anyhow::Result<()>>,
     streaming_lists: bool,
-) -> SyncGate
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+) -> SyncGate {
     let kinds: Vec<WorkloadKind> = WorkloadKind::ALL
         .into_iter()
         .filter(|k| ctx.settings.handles_workload(*k))
@@ -50,18 +42,12 @@ where
     gate
 }
 
-async fn watch_kind<W, O, C, M>(
-    ctx: Arc<WatchContext<W, O, C, M>>,
+async fn watch_kind(
+    ctx: Arc<WatchContext>,
     kind: WorkloadKind,
     gate: SyncGate,
     config: watcher::Config,
-) -> anyhow::Result<()>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+) -> anyhow::Result<()> {
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
     let stream = watch_streams(apis, config);
     let mut verbs = WorkloadVerbs {
@@ -79,18 +65,12 @@ where
 }
 
 /// Workloads of one kind into the index.
-struct WorkloadVerbs<W, O, C, M> {
-    ctx: Arc<WatchContext<W, O, C, M>>,
+struct WorkloadVerbs {
+    ctx: Arc<WatchContext>,
     kind: WorkloadKind,
 }
 
-impl<W, O, C, M> IndexVerbs<DynamicObject> for WorkloadVerbs<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl IndexVerbs<DynamicObject> for WorkloadVerbs {
     type Key = WorkloadKey;
 
     async fn apply(&mut self, obj: DynamicObject, _phase: Phase) -> Option<WorkloadKey> {
@@ -101,29 +81,23 @@ where
         let meta = &obj.metadata;
         if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
             let key = WorkloadKey::new(self.kind, ns, name);
-            self.ctx.engine.index.delete_workload(&key);
+            self.ctx.index.delete_workload(&key);
         }
     }
 
     /// Workloads deleted while the watch was down.
     fn reset(&mut self, namespace: Option<&str>, seen: HashSet<WorkloadKey>, _first: bool) {
-        self.ctx.engine.index.retain_workloads(self.kind, |k| {
+        self.ctx.index.retain_workloads(self.kind, |k| {
             seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
         });
     }
 
     fn failed(&mut self, error: &watcher::Error) {
-        watch_error(&self.ctx.observer, self.kind.as_str(), error);
+        watch_error(self.ctx.observer.as_ref(), self.kind.as_str(), error);
     }
 }
 
-impl<W, O, C, M> WatchContext<W, O, C, M>
-where
-    W: WorkloadWriter,
-    O: QueueObserver,
-    C: ConfigObserver,
-    M: WatchObserver,
-{
+impl WatchContext {
     /// Indexes one workload object; returns its key when it was taken in.
     pub(crate) async fn apply_workload(
         &self,
@@ -131,7 +105,7 @@ where
         obj: DynamicObject,
     ) -> Option<WorkloadKey> {
         let ns = obj.metadata.namespace.as_deref()?;
-        if !self.engine.ownership.owns(ns) {
+        if !self.ownership.owns(ns) {
             return None;
         }
         let entry = match workload_entry_from_dynamic(kind, &obj, &self.settings.keys) {
@@ -166,7 +140,7 @@ where
         } else {
             Vec::new()
         };
-        self.engine.index.apply_workload(entry);
+        self.index.apply_workload(entry);
         self.notice_unindexed_secrets(secrets);
         Some(key)
     }

@@ -1,0 +1,167 @@
+//! The shard handover protocol, end to end. Namespaces move between replicas with an overlap
+//! and never a gap: the old owner keeps acting until the new owner has indexed what it gained,
+//! and the new owner writes only once every old owner has let go.
+//!
+//! ```text
+//!            leader publishes generation G (ConfigMap kube-reloader-shard-assignment)
+//!                                   |
+//!                                   v
+//!   +------------------+  install   +-----------------------------------------------+
+//!   | Settled          | ---------> | Overlap: current = G, previous = last settled  |
+//!   | current = G-1    |            | both act (old owners write, new owners index)  |
+//!   | previous = none  |            +-----------------------------------------------+
+//!   +------------------+                 |  every member of G reports synced >= G
+//!            ^                           |  (after its backfill LISTs all succeeded)
+//!            |                           v
+//!            |             +-----------------------------------------------+
+//!            |             | Released: stop acting on what only `previous`  |
+//!            |             | gave; in-flight writes there finish; report    |
+//!            |             | released >= G                                  |
+//!            |             +-----------------------------------------------+
+//!            |                           |  every live previous owner reports released >= G
+//!            |        complete           v  (a dead one is fenced: it cannot write)
+//!            +------------------------ previous = none; writes check their view for
+//!                                      SETTLE_WINDOW more (rollout/config_view.rs)
+//! ```
+//! A newer generation installed at any step starts a new overlap from the last settled
+//! assignment; each transition re-checks the generation under the view's lock, so a decision
+//! taken from a stale snapshot never reverts a newer assignment.
+//!
+//! This module holds the protocol's state and decisions, free of I/O. The I/O around it:
+//! `coordinator.rs` (membership Leases, the assignment watch, the loop that applies
+//! [`next_step`]), `watch/backfill.rs` (indexing gained namespaces, then reporting the
+//! generation synced), `rollout/config_view.rs` (the write-time check while settling).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Assignment;
+use super::lease::Member;
+
+/// The assignments this replica acts on: the current one and, during a handover, the previous
+/// one (the old owner keeps acting until the new owners have synced: overlap, never a gap).
+#[derive(Debug, Default, Clone)]
+pub struct ShardView {
+    pub current: Option<Arc<Assignment>>,
+    pub previous: Option<Arc<Assignment>>,
+    /// This replica stopped acting on what only `previous` gave it (every member has synced
+    /// `current`); `previous` is cleared once every previous owner has released it too.
+    pub released_previous: bool,
+}
+
+/// How long after a handover writes keep checking that this replica's config view is current.
+/// A replica's lists and watches lag the API server by well under a second normally and by a few
+/// seconds under load; past this window only one replica acts on a namespace.
+pub const SETTLE_WINDOW: Duration = Duration::from_secs(30);
+
+/// View transitions, each applied under the view's lock by [`ShardState::update_view`]. The
+/// handover loop decides from a snapshot taken before reading the Leases; each transition
+/// re-checks the generation so an assignment installed meanwhile is never overwritten.
+impl ShardView {
+    pub fn generation(&self) -> Option<u64> {
+        self.current.as_ref().map(|a| a.generation)
+    }
+
+    /// Installs a newer assignment (false if not newer). Keeps acting on what the last completed
+    /// assignment gave: if generations follow each other before a handover completes, the older,
+    /// completed one stays as `previous`; replacing it would leave namespaces with nobody acting.
+    pub fn install(&mut self, next: Arc<Assignment>) -> bool {
+        if self.generation().is_some_and(|g| g >= next.generation) {
+            return false;
+        }
+        let previous = self.previous.take().or_else(|| self.current.take());
+        *self = ShardView {
+            current: Some(next),
+            previous,
+            released_previous: false,
+        };
+        true
+    }
+
+    /// Step 1 of a handover of `generation`: stop acting on what only `previous` gave. False if
+    /// the current assignment is no longer `generation`.
+    pub fn release_previous(&mut self, generation: u64) -> bool {
+        if self.generation() != Some(generation) {
+            return false;
+        }
+        if self.previous.is_some() {
+            self.released_previous = true;
+        }
+        true
+    }
+
+    /// Step 2: every previous owner released `generation`; drop `previous`. False (and nothing
+    /// changed) if a newer assignment was installed meanwhile: it keeps its own handover.
+    pub fn complete_handover(&mut self, generation: u64) -> bool {
+        if self.generation() != Some(generation) || !self.released_previous {
+            return false;
+        }
+        self.previous = None;
+        self.released_previous = false;
+        true
+    }
+}
+
+/// Namespaces this replica must start or stop indexing, for an assignment generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnershipChange {
+    pub generation: u64,
+    pub entered: Vec<String>,
+    pub left: Vec<String>,
+}
+
+impl OwnershipChange {
+    /// What changed between the namespaces owned `before` and `after` installing `generation`.
+    pub fn between(generation: u64, before: &BTreeSet<String>, after: &BTreeSet<String>) -> Self {
+        Self {
+            generation,
+            entered: after.difference(before).cloned().collect(),
+            left: before.difference(after).cloned().collect(),
+        }
+    }
+}
+
+/// What the handover loop does next, decided from a view snapshot and the member Leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoverStep {
+    /// No handover, or its condition is not met yet.
+    Wait,
+    /// Every member of the current assignment has synced it: release what only the previous
+    /// assignment gave.
+    Release(u64),
+    /// Every live previous owner has released the generation: the handover is complete.
+    Complete(u64),
+}
+
+pub fn next_step(view: &ShardView, members: &[Member]) -> HandoverStep {
+    let (Some(current), Some(previous)) = (&view.current, &view.previous) else {
+        return HandoverStep::Wait;
+    };
+    let generation = current.generation;
+    let member = |id: &String| members.iter().find(|m| &m.identity == id);
+    if !view.released_previous {
+        let synced_by_all = current
+            .members
+            .iter()
+            .all(|id| member(id).is_some_and(|m| m.synced_generation >= generation));
+        return if synced_by_all {
+            HandoverStep::Release(generation)
+        } else {
+            HandoverStep::Wait
+        };
+    }
+    // A previous owner that is no longer live is fenced: it cannot write.
+    let released_by_all = previous
+        .members
+        .iter()
+        .all(|id| member(id).is_none_or(|m| !m.live || m.released_generation >= generation));
+    if released_by_all {
+        HandoverStep::Complete(generation)
+    } else {
+        HandoverStep::Wait
+    }
+}
+
+#[cfg(test)]
+mod tests;
