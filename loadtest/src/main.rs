@@ -18,6 +18,7 @@ mod mixed;
 mod objects;
 mod outcome;
 mod pause;
+mod plot;
 mod proxy;
 mod quiet;
 mod report;

@@ -18,7 +18,7 @@ use crate::proxy::{Counts, Stats};
 use crate::report::{self, Resources};
 use crate::run::RunEnv;
 use crate::scenario::Scenario;
-use crate::{Args, apimetrics, audit, churn, log, sharded};
+use crate::{Args, apimetrics, audit, churn, log, plot, sharded};
 
 /// Timing slack of the rate-limit check: request latency jitter between the controller's limiter
 /// and the proxy's clock on a shared 2-core machine (the strict excess is reported too).
@@ -394,7 +394,7 @@ fn latency_figures(env: &RunEnv<'_>, reloads: &[Reload]) -> Result<(Vec<f64>, Va
         .map(|(k, v)| (k.clone(), report::summarize(v)))
         .collect();
     let series: Vec<(String, Vec<f64>)> = by_tag.into_iter().collect();
-    let svg = report::cdf_svg(&format!("{}: reload latency CDF", env.name), &series);
+    let svg = plot::cdf_svg(&format!("{}: reload latency CDF", env.name), &series)?;
     std::fs::write(env.results_dir.join(format!("{}.svg", env.name)), svg)?;
     Ok((all, json!(latency), json!(by_tag_summary)))
 }
