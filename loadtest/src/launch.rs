@@ -46,7 +46,8 @@ pub struct Controllers {
     pub ready_times: Vec<f64>,
     pub converged: Option<Converged>,
     pub ready_timeout: Duration,
-    /// When the first process was started (wall clock, for the audit log; monotonic).
+    /// When the processes were started: wall clock (the audit log's) and monotonic (set again
+    /// by `start`).
     pub wall_spawn: jiff::Timestamp,
     pub t_spawn: Instant,
 }
@@ -123,11 +124,7 @@ impl Controllers {
             }
         }
         if let Some(ns) = &self.lease_ns {
-            let names: Vec<String> = self
-                .replicas
-                .iter()
-                .filter_map(|r| r.name.clone())
-                .collect();
+            let names = self.names();
             let ready_urls: Vec<String> =
                 self.replicas.iter().map(|r| r.ready_url.clone()).collect();
             let metrics_urls = self.metrics_urls();
