@@ -17,7 +17,7 @@ use crate::objects::OwnRequests;
 use crate::proxy::{Counts, Stats};
 use crate::report::{self, Resources};
 use crate::run::RunEnv;
-use crate::scenario::Scenario;
+use crate::scenario::{Plan, Scenario};
 use crate::{Args, apimetrics, audit, churn, log, plot, sharded};
 
 /// Timing slack of the rate-limit check: request latency jitter between the controller's limiter
@@ -260,13 +260,12 @@ fn workload_write_times(f: &Final, st: &State, t_changes: f64) -> Vec<f64> {
 /// The rate-limit check (ratelimit): the writes must stay inside the token bucket's envelope
 /// and the API server must never have answered 429. Returns the figures for the notes.
 fn ratelimit_check(
-    env: &RunEnv<'_>,
+    plan: &Plan,
     f: &Final,
     write_times: &[f64],
     t_changes: f64,
     verdict: &mut Verdict,
 ) -> Value {
-    let plan = &env.plan;
     let (rate, burst) = (f64::from(plan.limit_rate), f64::from(plan.limit_burst));
     let (violations, worst, max_1s) = report::rate_envelope(write_times, rate, burst, RATE_SLACK_S);
     // The same envelope for the reads that precede each write: the limiter's own output
@@ -443,7 +442,7 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
     let (all_lat, latency, latency_by_tag) = latency_figures(env, &reloads)?;
     let write_times = workload_write_times(&f, st, g.times.changes);
     if env.scenario == Scenario::Ratelimit {
-        let notes = ratelimit_check(env, &f, &write_times, g.times.changes, &mut verdict);
+        let notes = ratelimit_check(&env.plan, &f, &write_times, g.times.changes, &mut verdict);
         driven.notes.insert("rate_limit".into(), notes);
     }
     let mut sorted_ms: Vec<f64> = all_lat.iter().map(|s| report::round(s * 1000.0)).collect();
@@ -536,4 +535,92 @@ pub fn loadavg() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scale;
+
+    fn fin(proxy: Stats) -> Final {
+        Final {
+            proxy_at_changes: Some(Stats::default()),
+            proxy: Some(proxy),
+            audit: AuditCounts {
+                json: json!(null),
+                throttled: 0,
+            },
+            api: None,
+            own: Counts::new(),
+            metrics: vec![],
+            exits: vec![],
+            per_process: vec![],
+            timelines: vec![],
+        }
+    }
+
+    #[test]
+    fn the_rate_check_fails_on_writes_above_the_bucket_and_on_a_429() {
+        let plan = Plan::new(Scenario::Ratelimit, Scale::Small);
+        let (rate, burst) = (f64::from(plan.limit_rate), plan.limit_burst as usize);
+        // The burst at once, then one write per token: inside the envelope.
+        let mut paced: Vec<f64> = vec![10.0; burst];
+        paced.extend((1..=20).map(|i| 10.0 + f64::from(i) / rate));
+        let mut v = Verdict {
+            passed: true,
+            ..Default::default()
+        };
+        let notes = ratelimit_check(&plan, &fin(Stats::default()), &paced, 10.0, &mut v);
+        assert!(v.passed, "{notes}");
+        assert_eq!(notes["envelope_violations"], 0);
+        assert_eq!(notes["writes"], paced.len());
+        // Twice the burst at once: over the bucket.
+        let flood = vec![10.0; 2 * burst + 2];
+        let notes = ratelimit_check(&plan, &fin(Stats::default()), &flood, 10.0, &mut v);
+        assert!(!v.passed && notes["envelope_violations"].as_u64().unwrap() > 0);
+        // A 429 from the API server fails a run whose writes were paced.
+        let mut throttled = Stats::default();
+        throttled.status_codes.insert(429, 1);
+        let mut v = Verdict {
+            passed: true,
+            ..Default::default()
+        };
+        ratelimit_check(&plan, &fin(throttled), &paced, 10.0, &mut v);
+        assert!(!v.passed && v.examples[0].contains("429"));
+    }
+
+    #[test]
+    fn the_apiserver_delta_keeps_the_resources_involved_and_subtracts_own_writes() {
+        let key = |v: &str, r: &str| (v.to_string(), r.to_string());
+        let before = Before {
+            api: Some(Counts::from([(key("patch", "configmaps"), 5)])),
+            own: Counts::new(),
+        };
+        let mut f = fin(Stats::default());
+        f.api = Some(Counts::from([
+            (key("patch", "configmaps"), 15),
+            (key("get", "nodes"), 7),
+            (key("patch", "deployments"), 4),
+        ]));
+        f.own = Counts::from([(key("patch", "configmaps"), 10)]);
+        let d = apiserver_delta_json(&before, &f);
+        assert_eq!(
+            d["delta"],
+            json!({"patch configmaps": 10, "patch deployments": 4})
+        );
+        assert_eq!(
+            d["delta_minus_load_generator_writes"],
+            json!({"patch deployments": 4})
+        );
+        assert_eq!(
+            apiserver_delta_json(
+                &Before {
+                    api: None,
+                    own: Counts::new()
+                },
+                &f
+            ),
+            json!(null)
+        );
+    }
 }
