@@ -82,9 +82,11 @@ test: toolchain packages
 ## missed, unexpected, duplicate or stale reload; the rate limit's envelope; pause semantics),
 ## never timings. Results go outside the clone. `--bins --tests`: the features `cargo test` built
 ## with (dev-dependencies), so after `make test`'s tests only the load test's own binary is
-## compiled (~45 s in debug), not a second set of dependencies.
+## compiled (~45 s in debug), not a second set of dependencies. The results are named by commit,
+## so the directory is emptied first (one run's files, not one set per commit ever tested).
 loadtest-small:
 	cargo build --locked --workspace --bins --tests
+	rm -rf $(CACHE)/loadtest-small
 	$(CARGO_TARGET_DIR)/debug/kube-reloader-loadtest --scenario all --scale small \
 		--controller-bin $(CARGO_TARGET_DIR)/debug/kube-reloader \
 		--results-dir $(CACHE)/loadtest-small

@@ -276,6 +276,7 @@ impl State {
             ..Default::default()
         };
         let mut reloads = Vec::new();
+        // Observations that are the reload of a change (the rest are checked afterwards).
         let mut explained: HashSet<usize> = HashSet::new();
         for c in &self.changes {
             if let Some(e) = &c.error {
@@ -286,59 +287,12 @@ impl State {
                 );
                 continue;
             }
-            let expected_source = c.config.env_var();
-            let annotation_source = format!("{}/{}", c.config.kind.env_suffix(), c.config.name);
             for w in &c.expected {
                 v.expected_reloads += 1;
                 match self.seen.get(&(w.clone(), c.hash.clone())) {
                     Some(idxs) => {
                         explained.extend(idxs.iter().copied());
-                        v.reloaded += 1;
-                        let first = &self.observations[idxs[0]];
-                        if first.source != expected_source && first.source != annotation_source {
-                            v.wrong_field += 1;
-                            push_example(
-                                &mut v.examples,
-                                format!("{w}: hash of {} written to {}", c.config, first.source),
-                            );
-                        }
-                        if idxs.len() > 1 {
-                            v.duplicates += idxs.len() - 1;
-                            push_example(
-                                &mut v.examples,
-                                format!(
-                                    "{w}: template changed {} times for change #{} of {}",
-                                    idxs.len(),
-                                    c.id,
-                                    c.config
-                                ),
-                            );
-                        }
-                        if let Some(ack) = c.t_ack {
-                            reloads.push(Reload {
-                                change: c.id,
-                                workload: w.clone(),
-                                latency_s: first.t - ack,
-                                tag: c.tag.clone(),
-                                t_seen: first.t,
-                            });
-                        }
-                        // A reload of an older change after a newer one: the workload went back.
-                        let newer_seen_before = self.by_config[&c.config]
-                            .iter()
-                            .filter(|&&id| id > c.id)
-                            .filter_map(|&id| {
-                                self.seen.get(&(w.clone(), self.changes[id].hash.clone()))
-                            })
-                            .flatten()
-                            .any(|&i| self.observations[i].t < first.t);
-                        if newer_seen_before {
-                            v.stale += 1;
-                            push_example(
-                                &mut v.examples,
-                                format!("{w}: rolled back to change #{} of {}", c.id, c.config),
-                            );
-                        }
+                        reloads.extend(self.check_reload(c, w, idxs, &mut v));
                     }
                     None if self.superseded(c, w) => v.coalesced += 1,
                     None => {
@@ -355,12 +309,84 @@ impl State {
             }
         }
         v.churned_workloads = self.churned.len();
+        self.check_unexplained(&explained, initial, &mut v);
+        self.check_other_changes(&mut v);
+        v.passed = v.write_errors == 0
+            && v.resurrected == 0
+            && v.missing == 0
+            && v.unexpected == 0
+            && v.duplicates == 0
+            && v.stale == 0
+            && v.wrong_field == 0;
+        (v, reloads)
+    }
+
+    /// The reload of workload `w` for change `c`, seen as observations `idxs`: into the right
+    /// field, once, and not after a newer change of the same config. Returns its latency (None
+    /// when the write was never acknowledged).
+    fn check_reload(&self, c: &Change, w: &str, idxs: &[usize], v: &mut Verdict) -> Option<Reload> {
+        v.reloaded += 1;
+        let first = &self.observations[idxs[0]];
+        let expected_source = c.config.env_var();
+        let annotation_source = format!("{}/{}", c.config.kind.env_suffix(), c.config.name);
+        if first.source != expected_source && first.source != annotation_source {
+            v.wrong_field += 1;
+            push_example(
+                &mut v.examples,
+                format!("{w}: hash of {} written to {}", c.config, first.source),
+            );
+        }
+        if idxs.len() > 1 {
+            v.duplicates += idxs.len() - 1;
+            push_example(
+                &mut v.examples,
+                format!(
+                    "{w}: template changed {} times for change #{} of {}",
+                    idxs.len(),
+                    c.id,
+                    c.config
+                ),
+            );
+        }
+        // A reload of an older change after a newer one: the workload went back.
+        let newer_seen_before = self.by_config[&c.config]
+            .iter()
+            .filter(|&&id| id > c.id)
+            .filter_map(|&id| {
+                self.seen
+                    .get(&(w.to_string(), self.changes[id].hash.clone()))
+            })
+            .flatten()
+            .any(|&i| self.observations[i].t < first.t);
+        if newer_seen_before {
+            v.stale += 1;
+            push_example(
+                &mut v.examples,
+                format!("{w}: rolled back to change #{} of {}", c.id, c.config),
+            );
+        }
+        c.t_ack.map(|ack| Reload {
+            change: c.id,
+            workload: w.to_string(),
+            latency_s: first.t - ack,
+            tag: c.tag.clone(),
+            t_seen: first.t,
+        })
+    }
+
+    /// Template changes that are no expected reload: a churned workload's reload to a change of
+    /// a config it uses is allowed once; anything else is unexpected.
+    fn check_unexplained(
+        &self,
+        explained: &HashSet<usize>,
+        initial: &BTreeMap<String, ConfigRef>,
+        v: &mut Verdict,
+    ) {
         let mut churn_pairs: HashMap<(&str, &str), usize> = HashMap::new();
         for (i, o) in self.observations.iter().enumerate() {
             if explained.contains(&i) {
                 continue;
             }
-            // A churned workload rolled for a change of a config it uses: allowed, once.
             let churn_ok = self.churned.get(&o.workload).is_some_and(|configs| {
                 self.by_hash
                     .get(&o.hash)
@@ -400,6 +426,10 @@ impl State {
             };
             push_example(&mut v.examples, why);
         }
+    }
+
+    /// Template changes that touched no reloader field, removed fields, resurrected workloads.
+    fn check_other_changes(&self, v: &mut Verdict) {
         for (w, _) in &self.foreign_template_changes {
             v.unexpected += 1;
             push_example(
@@ -418,14 +448,6 @@ impl State {
                 format!("{w}: appeared again after it was deleted"),
             );
         }
-        v.passed = v.write_errors == 0
-            && v.resurrected == 0
-            && v.missing == 0
-            && v.unexpected == 0
-            && v.duplicates == 0
-            && v.stale == 0
-            && v.wrong_field == 0;
-        (v, reloads)
     }
 }
 

@@ -19,12 +19,39 @@ fn fmt_counts_top(v: &Value, n: usize) -> String {
         .join(", ")
 }
 
+/// The rows of a run's table, in order.
+#[derive(Default)]
+struct Rows(String);
+
+impl Rows {
+    fn row(&mut self, k: &str, v: String) {
+        self.0.push_str(&format!("| {k} | {v} |\n"));
+    }
+}
+
 pub fn markdown(r: &Value) -> String {
-    let c = &r["correctness"];
-    let l = &r["latency_ms"];
-    let res = &r["resources"];
-    let api = &r["api_requests"];
-    let mut s = format!(
+    let mut rows = Rows(header(r));
+    setup_rows(&mut rows, r);
+    correctness_rows(&mut rows, r);
+    latency_rows(&mut rows, r);
+    resource_rows(&mut rows, r);
+    api_rows(&mut rows, r);
+    if let Some(n) = r["notes"].as_object().filter(|n| !n.is_empty()) {
+        rows.row(
+            "notes",
+            serde_json::to_string(n)
+                .unwrap_or_default()
+                .replace('|', "/"),
+        );
+    }
+    let mut s = rows.0;
+    s.push('\n');
+    s
+}
+
+/// The title, the run, the controller's command, the machine; the table's head.
+fn header(r: &Value) -> String {
+    format!(
         "### {} / {}{}\n\nrun {} · {} · machine: {} CPUs ({}), {} GiB, shared (load avg {} at start, {} at end)\n\n| | |\n|---|---|\n",
         r["scenario"].as_str().unwrap_or(""),
         r["scale"].as_str().unwrap_or(""),
@@ -39,11 +66,12 @@ pub fn markdown(r: &Value) -> String {
         r["run"]["machine"]["mem_gib"],
         r["run"]["loadavg_start"].as_str().unwrap_or(""),
         r["run"]["loadavg_end"].as_str().unwrap_or(""),
-    );
-    let mut row = |k: &str, v: String| {
-        s.push_str(&format!("| {k} | {v} |\n"));
-    };
-    row(
+    )
+}
+
+/// The population and the changes driven.
+fn setup_rows(rows: &mut Rows, r: &Value) {
+    rows.row(
         "population",
         format!(
             "{} namespaces, {} {}, {} configs (created in {} s)",
@@ -60,8 +88,16 @@ pub fn markdown(r: &Value) -> String {
             r["run"]["setup_s"]
         ),
     );
-    let plan = &r["plan"];
-    let driven = match r["scenario"].as_str().unwrap_or("") {
+    let driven = driven(r["scenario"].as_str().unwrap_or(""), &r["plan"]);
+    rows.row(
+        "config changes",
+        format!("{} ({driven})", r["correctness"]["changes"]),
+    );
+}
+
+/// What the scenario drove, from its plan.
+fn driven(scenario: &str, plan: &Value) -> String {
+    match scenario {
         "steady" | "annotations" | "references" | "mixed" | "cardinality" => {
             format!("{} at {}/s", plan["changes"], plan["rate"])
         }
@@ -98,9 +134,13 @@ pub fn markdown(r: &Value) -> String {
             plan["pause_workloads"], plan["pause_period_s"], plan["pause_changes_each"]
         ),
         _ => String::new(),
-    };
-    row("config changes", format!("{} ({driven})", c["changes"]));
-    row(
+    }
+}
+
+/// The verdict, the churn's and the pause's checks, examples of what went wrong.
+fn correctness_rows(rows: &mut Rows, r: &Value) {
+    let c = &r["correctness"];
+    rows.row(
         "correctness",
         format!(
             "**{}**: {}/{} expected reloads seen ({} folded into a later change), {} missing, {} unexpected, {} duplicates, {} stale, {} wrong field, {} write errors",
@@ -123,7 +163,7 @@ pub fn markdown(r: &Value) -> String {
     if c["churned_workloads"].as_u64().unwrap_or(0) > 0 {
         let ch = &r["churn"];
         let o = &ch["outcome"];
-        row(
+        rows.row(
             "churn",
             format!(
                 "{} workloads created, {} deleted ({} / {} errors); {} of their reloads (allowed, not counted above), {} reappeared after deletion; controller workload writes by response code {}; controller errors at the end {}; /ready {} polls, {} not 200",
@@ -142,7 +182,7 @@ pub fn markdown(r: &Value) -> String {
     }
     let pause = &r["notes"]["pause"];
     if pause.is_object() {
-        row(
+        rows.row(
             "pause",
             format!(
                 "{} Deployments changed {} times each: paused for {} s (min {} / p50 {} / max {}; period {} s), {} problems (one pause, one rollout, resumed, paused-at removed), {} paused without a change",
@@ -159,7 +199,7 @@ pub fn markdown(r: &Value) -> String {
         );
     }
     if let Some(ex) = c["examples"].as_array().filter(|e| !e.is_empty()) {
-        row(
+        rows.row(
             "examples",
             ex.iter()
                 .take(5)
@@ -168,7 +208,12 @@ pub fn markdown(r: &Value) -> String {
                 .join("; "),
         );
     }
-    row(
+}
+
+/// Reload latency, overall and per tag.
+fn latency_rows(rows: &mut Rows, r: &Value) {
+    let l = &r["latency_ms"];
+    rows.row(
         "reload latency (write ack -> template change seen)",
         format!(
             "p50 {} ms · p90 {} ms · p99 {} ms · max {} ms (n={})",
@@ -177,7 +222,7 @@ pub fn markdown(r: &Value) -> String {
     );
     if let Some(tags) = r["latency_ms_by_tag"].as_object().filter(|t| t.len() > 1) {
         for (tag, t) in tags {
-            row(
+            rows.row(
                 &format!("  latency, {tag}"),
                 format!(
                     "p50 {} ms · p99 {} ms · max {} ms (n={})",
@@ -186,12 +231,17 @@ pub fn markdown(r: &Value) -> String {
             );
         }
     }
+}
+
+/// Time to ready, the replicas (sharded), memory and CPU.
+fn resource_rows(rows: &mut Rows, r: &Value) {
+    let res = &r["resources"];
     let ready: Vec<String> = r["time_to_ready_s"]
         .as_array()
         .map(|a| a.iter().map(|t| format!("{t} s")).collect())
         .unwrap_or_default();
     let sharded = r["sharding"].is_object();
-    row(
+    rows.row(
         "time to ready (start -> /ready 200)",
         if ready.is_empty() {
             "not measured".into()
@@ -203,33 +253,38 @@ pub fn markdown(r: &Value) -> String {
     );
     if sharded {
         for (k, v) in crate::sharded::markdown_rows(r) {
-            row(&k, v);
+            rows.row(&k, v);
         }
     }
-    row(
-        if sharded {
-            "controller RSS (sum of the replicas)"
-        } else {
-            "controller RSS"
-        },
+    let (rss, cpu) = match sharded {
+        true => (
+            "controller RSS (sum of the replicas)",
+            "controller CPU-seconds (sum of the replicas)",
+        ),
+        false => ("controller RSS", "controller CPU-seconds"),
+    };
+    rows.row(
+        rss,
         format!(
             "at ready {} MiB · steady {} MiB · end {} MiB · peak (VmHWM) {} MiB",
             res["rss_at_ready_mib"], res["rss_steady_mib"], res["rss_end_mib"], res["rss_peak_mib"]
         ),
     );
-    row(
-        if sharded {
-            "controller CPU-seconds (sum of the replicas)"
-        } else {
-            "controller CPU-seconds"
-        },
+    rows.row(
+        cpu,
         format!(
             "to ready {} · change phase {} · total {}",
             res["cpu_s_to_ready"], res["cpu_s_change_phase"], res["cpu_s_total"]
         ),
     );
+}
+
+/// The controller's requests and bytes received (counting proxy), and its requests by user
+/// agent (the API server's audit log).
+fn api_rows(rows: &mut Rows, r: &Value) {
+    let api = &r["api_requests"];
     if api.get("startup_total").is_some() {
-        row(
+        rows.row(
             "controller API requests (counting proxy)",
             format!(
                 "startup {} ({}) · change phase {} ({})",
@@ -241,30 +296,21 @@ pub fn markdown(r: &Value) -> String {
         );
     }
     if let Some(total) = api["startup_bytes_received_total"].as_u64() {
-        let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
-        let by_resource: Vec<String> = api["startup_bytes_received"]
-            .as_object()
-            .map(|m| {
-                let mut v: Vec<(&String, u64)> = m
-                    .iter()
-                    .map(|(k, n)| (k, n.as_u64().unwrap_or(0)))
-                    .collect();
-                v.sort_by_key(|e| std::cmp::Reverse(e.1));
-                v.into_iter()
-                    .take(4)
-                    .map(|(k, n)| format!("{k} {}", mib(n)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        row(
+        let by_resource: Vec<String> = top_counts(&api["startup_bytes_received"], 4)
+            .into_iter()
+            .map(|(k, n)| format!("{k} {}", fmt_mib(n)))
+            .collect();
+        rows.row(
             "bytes received from the API server (counting proxy)",
             format!(
                 "startup {} ({}) · change phase {}",
-                mib(total),
+                fmt_mib(total),
                 by_resource.join(", "),
-                mib(api["change_phase_bytes_received_total"]
-                    .as_u64()
-                    .unwrap_or(0))
+                fmt_mib(
+                    api["change_phase_bytes_received_total"]
+                        .as_u64()
+                        .unwrap_or(0)
+                )
             ),
         );
     }
@@ -272,7 +318,7 @@ pub fn markdown(r: &Value) -> String {
     for (phase, label) in [("startup", "startup"), ("change_phase", "change phase")] {
         if let Some(agents) = audit[phase].as_object() {
             for (agent, a) in agents {
-                row(
+                rows.row(
                     &format!("API server audit log, {label}, user agent `{agent}`"),
                     format!(
                         "{} requests ({}); response codes {}",
@@ -284,16 +330,24 @@ pub fn markdown(r: &Value) -> String {
             }
         }
     }
-    if let Some(n) = r["notes"].as_object().filter(|n| !n.is_empty()) {
-        row(
-            "notes",
-            serde_json::to_string(n)
-                .unwrap_or_default()
-                .replace('|', "/"),
-        );
-    }
-    s.push('\n');
-    s
+}
+
+fn fmt_mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / 1048576.0)
+}
+
+/// The `n` largest values of an object of counts (ties: in key order).
+fn top_counts(v: &Value, n: usize) -> Vec<(&String, u64)> {
+    let Some(m) = v.as_object() else {
+        return Vec::new();
+    };
+    let mut items: Vec<(&String, u64)> = m
+        .iter()
+        .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
+        .collect();
+    items.sort_by_key(|e| std::cmp::Reverse(e.1));
+    items.truncate(n);
+    items
 }
 
 pub fn summary_row(r: &Value) -> String {

@@ -38,6 +38,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The API resource (plural).
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmaps",
+            Kind::Secret => "secrets",
+        }
+    }
+
     pub fn env_suffix(self) -> &'static str {
         match self {
             Kind::ConfigMap => "CONFIGMAP",
@@ -501,27 +509,13 @@ pub async fn create_population(
     concurrency: usize,
     own: &Arc<OwnRequests>,
 ) -> Result<()> {
-    let run_id = pop.run_id.clone();
-    let started = Instant::now();
-    let done = Arc::new(AtomicU64::new(0));
+    let run_id = pop.run_id.as_str();
+    let done = AtomicU64::new(0);
     let total = pop.namespaces.len() + pop.configs.len() + pop.workloads.len();
-    let progress = {
-        let done = done.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                crate::log(&format!(
-                    "  created {}/{total} objects ({:.0}/s)",
-                    done.load(Ordering::Relaxed),
-                    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
-                ));
-            }
-        })
-    };
-
+    let progress = log_progress(total, &done);
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    futures::stream::iter(pop.namespaces.iter().map(|name| {
-        let mut metadata = meta(&run_id, None, name);
+    let namespaces = pop.namespaces.iter().map(|name| {
+        let mut metadata = meta(run_id, None, name);
         if let (Some(labels), Some(extra)) = (&mut metadata.labels, pop.namespace_labels.get(name))
         {
             labels.extend(extra.clone());
@@ -530,92 +524,109 @@ pub async fn create_population(
             metadata,
             ..Default::default()
         };
-        let api = ns_api.clone();
-        let done = done.clone();
-        let own = own.clone();
-        async move {
-            own.add("create", "namespaces");
-            create_one(api, ns, format!("creating namespace {name}")).await?;
-            done.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, anyhow::Error>(())
-        }
-    }))
-    .buffer_unordered(concurrency)
-    .try_collect::<Vec<_>>()
-    .await?;
+        let create = create_one(ns_api.clone(), ns, format!("creating namespace {name}"));
+        counted(own, &done, "namespaces", create)
+    });
+    let configs = pop.configs.iter().map(|(c, payload)| {
+        let create = create_config(client, run_id, c, payload);
+        counted(own, &done, c.kind.resource(), create)
+    });
+    let workloads = pop.workloads.iter().map(|w| {
+        counted(
+            own,
+            &done,
+            w.kind.resource(),
+            create_workload(client, run_id, w),
+        )
+    });
+    let result = async {
+        all_of(namespaces, concurrency).await?;
+        all_of(configs, concurrency).await?;
+        all_of(workloads, concurrency).await
+    };
+    tokio::select! {
+        r = result => r,
+        () = progress => unreachable!("the progress log never ends"),
+    }
+}
 
-    futures::stream::iter(pop.configs.iter().map(|(c, payload)| {
-        let client = client.clone();
-        let done = done.clone();
-        let obj = config_object_json(&run_id, c, payload);
-        let own = own.clone();
-        async move {
-            match c.kind {
-                Kind::ConfigMap => {
-                    own.add("create", "configmaps");
-                    let o: ConfigMap = serde_json::from_value(obj)?;
-                    create_one(
-                        Api::namespaced(client, &c.namespace),
-                        o,
-                        format!("creating {c}"),
-                    )
-                    .await?
-                }
-                Kind::Secret => {
-                    own.add("create", "secrets");
-                    let o: Secret = serde_json::from_value(obj)?;
-                    create_one(
-                        Api::namespaced(client, &c.namespace),
-                        o,
-                        format!("creating {c}"),
-                    )
-                    .await?
-                }
-            }
-            done.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, anyhow::Error>(())
-        }
-    }))
-    .buffer_unordered(concurrency)
-    .try_collect::<Vec<_>>()
-    .await?;
-
-    futures::stream::iter(pop.workloads.iter().map(|w| {
-        let client = client.clone();
-        let obj = workload_json(&run_id, w);
-        let done = done.clone();
-        let own = own.clone();
-        async move {
-            own.add("create", w.kind.resource());
-            let what = format!("creating {:?} {}", w.kind, w.key());
-            let ns = &w.namespace;
-            match w.kind {
-                WorkloadKind::Deployment => {
-                    let o: Deployment = serde_json::from_value(obj)?;
-                    create_one(Api::namespaced(client, ns), o, what).await?
-                }
-                WorkloadKind::StatefulSet => {
-                    let o: StatefulSet = serde_json::from_value(obj)?;
-                    create_one(Api::namespaced(client, ns), o, what).await?
-                }
-                WorkloadKind::DaemonSet => {
-                    let o: DaemonSet = serde_json::from_value(obj)?;
-                    create_one(Api::namespaced(client, ns), o, what).await?
-                }
-                WorkloadKind::CronJob => {
-                    let o: CronJob = serde_json::from_value(obj)?;
-                    create_one(Api::namespaced(client, ns), o, what).await?
-                }
-            }
-            done.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, anyhow::Error>(())
-        }
-    }))
-    .buffer_unordered(concurrency)
-    .try_collect::<Vec<_>>()
-    .await?;
-    progress.abort();
+/// Counts one create of `resource` as the load generator's own request, sends it, and counts it
+/// in the progress once it succeeded.
+async fn counted(
+    own: &OwnRequests,
+    done: &AtomicU64,
+    resource: &str,
+    create: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
+    own.add("create", resource);
+    create.await?;
+    done.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// Runs `ops` with `concurrency` in flight; the first error ends it.
+async fn all_of<F>(ops: impl Iterator<Item = F>, concurrency: usize) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
+    futures::stream::iter(ops)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Logs `done` of `total` every 10 s (never ends: dropped when the creates are done).
+async fn log_progress(total: usize, done: &AtomicU64) {
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let n = done.load(Ordering::Relaxed);
+        crate::log(&format!(
+            "  created {n}/{total} objects ({:.0}/s)",
+            n as f64 / started.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+async fn create_config(client: &Client, run_id: &str, c: &ConfigRef, payload: &[u8]) -> Result<()> {
+    let obj = config_object_json(run_id, c, payload);
+    let what = format!("creating {c}");
+    let (client, ns) = (client.clone(), &c.namespace);
+    match c.kind {
+        Kind::ConfigMap => {
+            let o: ConfigMap = serde_json::from_value(obj)?;
+            create_one(Api::namespaced(client, ns), o, what).await
+        }
+        Kind::Secret => {
+            let o: Secret = serde_json::from_value(obj)?;
+            create_one(Api::namespaced(client, ns), o, what).await
+        }
+    }
+}
+
+async fn create_workload(client: &Client, run_id: &str, w: &WorkloadSpec) -> Result<()> {
+    let obj = workload_json(run_id, w);
+    let what = format!("creating {:?} {}", w.kind, w.key());
+    let (client, ns) = (client.clone(), &w.namespace);
+    match w.kind {
+        WorkloadKind::Deployment => {
+            let o: Deployment = serde_json::from_value(obj)?;
+            create_one(Api::namespaced(client, ns), o, what).await
+        }
+        WorkloadKind::StatefulSet => {
+            let o: StatefulSet = serde_json::from_value(obj)?;
+            create_one(Api::namespaced(client, ns), o, what).await
+        }
+        WorkloadKind::DaemonSet => {
+            let o: DaemonSet = serde_json::from_value(obj)?;
+            create_one(Api::namespaced(client, ns), o, what).await
+        }
+        WorkloadKind::CronJob => {
+            let o: CronJob = serde_json::from_value(obj)?;
+            create_one(Api::namespaced(client, ns), o, what).await
+        }
+    }
 }
 
 /// What every namespace of a real cluster holds besides the configs workloads use (the

@@ -1,8 +1,7 @@
 //! Figures: latency percentiles, the controller's resources, request counts; written as JSON,
-//! a Markdown table and an SVG latency CDF (drawn here, no plotting dependency).
+//! a Markdown table (markdown.rs) and an SVG latency CDF (plot.rs).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -169,181 +168,6 @@ pub fn rate_envelope(times: &[f64], rate: f64, burst: f64, slack_s: f64) -> (usi
     )
 }
 
-/// An SVG CDF of latencies (seconds), one curve per series.
-pub fn cdf_svg(title: &str, series: &[(String, Vec<f64>)]) -> String {
-    let (w, h) = (720.0, 420.0);
-    let (l, r, t, b) = (70.0, 20.0, 40.0, 50.0);
-    let max_ms = series
-        .iter()
-        .flat_map(|(_, v)| v.iter())
-        .fold(0.0f64, |m, &x| m.max(x * 1000.0));
-    let mut all: Vec<f64> = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().map(|x| x * 1000.0))
-        .collect();
-    all.sort_by(f64::total_cmp);
-    let p50_all = if all.is_empty() {
-        1.0
-    } else {
-        percentile(&all, 50.0)
-    };
-    // A long tail (restart, burst) squeezes the bulk into a corner: log scale then.
-    let log = max_ms > 20.0 * p50_all.max(0.1) && max_ms > 10.0;
-    let x_max = nice_ceiling(max_ms.max(1.0));
-    let x_min = if log {
-        10f64.powf(
-            all.iter()
-                .copied()
-                .find(|&x| x > 0.0)
-                .unwrap_or(1.0)
-                .max(0.1)
-                .log10()
-                .floor(),
-        )
-    } else {
-        0.0
-    };
-    let x_max = if log {
-        10f64.powf(max_ms.log10().ceil())
-    } else {
-        x_max
-    };
-    let px = |ms: f64| {
-        let f = if log {
-            (ms.max(x_min).log10() - x_min.log10()) / (x_max.log10() - x_min.log10())
-        } else {
-            ms / x_max
-        };
-        l + f * (w - l - r)
-    };
-    let py = |q: f64| h - b - q * (h - t - b);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>
-"#,
-        w / 2.0,
-        escape(title)
-    );
-    for i in 0..=10 {
-        let q = i as f64 / 10.0;
-        let _ = writeln!(
-            s,
-            r##"<line x1="{l}" x2="{}" y1="{y}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{q:.1}</text>"##,
-            w - r,
-            l - 6.0,
-            py(q) + 4.0,
-            y = py(q)
-        );
-    }
-    let ticks: Vec<f64> = if log {
-        let mut v = Vec::new();
-        let mut d = x_min;
-        while d <= x_max * 1.0001 {
-            for m in [1.0, 2.0, 5.0] {
-                if d * m <= x_max * 1.0001 {
-                    v.push(d * m);
-                }
-            }
-            d *= 10.0;
-        }
-        v
-    } else {
-        (0..=8).map(|i| x_max * f64::from(i) / 8.0).collect()
-    };
-    for ms in ticks {
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x}" x2="{x}" y1="{t}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
-            h - b,
-            h - b + 16.0,
-            fmt_ms(ms),
-            x = px(ms)
-        );
-    }
-    let _ = writeln!(
-        s,
-        r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{}" stroke="black"/><line x1="{l}" x2="{}" y1="{y}" y2="{y}" stroke="black"/>
-<text x="{}" y="{}" text-anchor="middle">reload latency{}: config write acknowledged -&gt; template change seen</text>
-<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">fraction of reloads</text>"##,
-        h - b,
-        w - r,
-        (l + w - r) / 2.0,
-        h - 12.0,
-        if log { " (log scale)" } else { "" },
-        (t + h - b) / 2.0,
-        (t + h - b) / 2.0,
-        y = h - b
-    );
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
-    for (k, (name, values)) in series.iter().enumerate() {
-        let mut v: Vec<f64> = values.iter().map(|x| x * 1000.0).collect();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
-            continue;
-        }
-        let color = colors[k % colors.len()];
-        let n = v.len() as f64;
-        let mut pts = format!("{:.1},{:.1}", px(v[0].max(0.0)), py(0.0));
-        for (i, x) in v.iter().enumerate() {
-            let _ = write!(
-                pts,
-                " {:.1},{:.1} {:.1},{:.1}",
-                px(x.max(0.0)),
-                py(i as f64 / n),
-                px(x.max(0.0)),
-                py((i + 1) as f64 / n)
-            );
-        }
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>"#
-        );
-        let p50 = percentile(&v, 50.0);
-        let p99 = percentile(&v, 99.0);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" fill="{color}">{} (n={}, p50 {}, p99 {})</text>"#,
-            l + 10.0,
-            t + 16.0 + 16.0 * k as f64,
-            escape(name),
-            v.len(),
-            fmt_ms(p50),
-            fmt_ms(p99)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn fmt_ms(ms: f64) -> String {
-    if ms >= 10_000.0 {
-        format!("{:.0} s", ms / 1000.0)
-    } else if ms >= 1000.0 {
-        format!("{:.1} s", ms / 1000.0)
-    } else {
-        format!("{ms:.0} ms")
-    }
-}
-
-fn nice_ceiling(x: f64) -> f64 {
-    let mag = 10f64.powf(x.log10().floor());
-    for m in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
-        if m * mag >= x {
-            return m * mag;
-        }
-    }
-    10.0 * mag
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,14 +189,5 @@ mod tests {
         assert_eq!(rate_envelope(&t, 10.0, 10.0, 0.05).0, 0);
         let fast: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
         assert!(rate_envelope(&fast, 10.0, 10.0, 0.05).0 > 0);
-    }
-
-    #[test]
-    fn svg_is_well_formed_enough() {
-        let s = cdf_svg("t", &[("a".into(), vec![0.1, 0.2, 0.3])]);
-        assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
-        assert!(s.contains("polyline") && !s.contains("log scale"));
-        let tail = cdf_svg("t", &[("a".into(), vec![0.01, 0.01, 0.01, 5.0])]);
-        assert!(tail.contains("log scale"));
     }
 }

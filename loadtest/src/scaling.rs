@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use crate::plot::{self, Line, Panel};
+
 /// One run's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
@@ -56,7 +58,7 @@ pub fn run(out: &Path, from: &[PathBuf]) -> Result<String> {
         }
     }
     points.sort_by(|a, b| a.workloads.total_cmp(&b.workloads));
-    std::fs::write(out, svg(&points)).with_context(|| format!("writing {}", out.display()))?;
+    std::fs::write(out, svg(&points)?).with_context(|| format!("writing {}", out.display()))?;
     let md = table(&points);
     std::fs::write(out.with_extension("md"), &md)?;
     Ok(md)
@@ -84,61 +86,31 @@ pub fn table(points: &[Point]) -> String {
     s
 }
 
-/// One line of a panel: name, colour, (workloads, value) points.
-type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
-
-/// A panel: x = workloads (log), y = linear from 0; one polyline per series.
-struct Panel<'a> {
-    x0: f64,
-    title: &'a str,
-    y_label: &'a str,
-    series: Vec<Series<'a>>,
-}
-
-const W: f64 = 440.0;
-const H: f64 = 380.0;
-// Margins: left, right, top, bottom.
-const L: f64 = 60.0;
-const R: f64 = 20.0;
-const T: f64 = 40.0;
-const B: f64 = 50.0;
-
-pub fn svg(points: &[Point]) -> String {
+/// The SVG: reload latency (p50, p99) and controller RSS (peak, steady) against workloads.
+pub fn svg(points: &[Point]) -> Result<String> {
     let xs = |f: fn(&Point) -> f64| -> Vec<(f64, f64)> {
         points.iter().map(|p| (p.workloads, f(p))).collect()
     };
+    let line = |name, f| Line {
+        name,
+        points: xs(f),
+    };
     let panels = [
         Panel {
-            x0: 0.0,
             title: "reload latency",
             y_label: "ms",
-            series: vec![
-                ("p50", "#1f77b4", xs(|p| p.p50_ms)),
-                ("p99", "#d62728", xs(|p| p.p99_ms)),
-            ],
+            lines: vec![line("p50", |p| p.p50_ms), line("p99", |p| p.p99_ms)],
         },
         Panel {
-            x0: W,
             title: "controller RSS",
             y_label: "MiB",
-            series: vec![
-                ("peak", "#2ca02c", xs(|p| p.rss_peak_mib)),
-                ("steady", "#9467bd", xs(|p| p.rss_steady_mib)),
+            lines: vec![
+                line("peak", |p| p.rss_peak_mib),
+                line("steady", |p| p.rss_steady_mib),
             ],
         },
     ];
-    let mut s = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-"#,
-        2.0 * W
-    );
-    let (x_lo, x_hi) = decades(points.iter().map(|p| p.workloads));
-    for panel in &panels {
-        draw(&mut s, panel, x_lo, x_hi);
-    }
-    s.push_str("</svg>\n");
-    s
+    plot::panels_svg(&panels, decades(points.iter().map(|p| p.workloads)))
 }
 
 /// The enclosing powers of ten of the positive values (1..10 when there are none).
@@ -154,101 +126,6 @@ fn decades(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let lo = 10f64.powf(lo.log10().floor());
     let hi = 10f64.powf(hi.log10().ceil()).max(lo * 10.0);
     (lo, hi)
-}
-
-fn draw(s: &mut String, p: &Panel, x_lo: f64, x_hi: f64) {
-    let y_max = p
-        .series
-        .iter()
-        .flat_map(|(_, _, v)| v.iter().map(|(_, y)| *y))
-        .filter(|y| y.is_finite())
-        .fold(0.0f64, f64::max)
-        .max(1.0)
-        * 1.1;
-    let px = |x: f64| {
-        p.x0 + L + (x.log10() - x_lo.log10()) / (x_hi.log10() - x_lo.log10()) * (W - L - R)
-    };
-    let py = |y: f64| H - B - y / y_max * (H - T - B);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{} against workloads</text>"#,
-        p.x0 + W / 2.0,
-        p.title
-    );
-    for i in 0..=5 {
-        let y = y_max * f64::from(i) / 5.0;
-        let _ = writeln!(
-            s,
-            r##"<line x1="{}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{y:.0}</text>"##,
-            p.x0 + L,
-            p.x0 + W - R,
-            p.x0 + L - 6.0,
-            py(y) + 4.0,
-            py = py(y)
-        );
-    }
-    let mut d = x_lo;
-    while d <= x_hi * 1.0001 {
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x}" x2="{x}" y1="{T}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
-            H - B,
-            H - B + 16.0,
-            fmt_count(d),
-            x = px(d)
-        );
-        d *= 10.0;
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">workloads (log)</text><text x="{}" y="{}" text-anchor="middle" transform="rotate(-90 {} {})">{}</text>"#,
-        p.x0 + L + (W - L - R) / 2.0,
-        H - 12.0,
-        p.x0 + 16.0,
-        H / 2.0,
-        p.x0 + 16.0,
-        H / 2.0,
-        p.y_label
-    );
-    for (i, (name, color, pts)) in p.series.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = pts.iter().copied().filter(|(_, y)| y.is_finite()).collect();
-        let path: Vec<String> = pts
-            .iter()
-            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            path.join(" ")
-        );
-        for (x, y) in &pts {
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/><text x="{:.1}" y="{:.1}" font-size="10" fill="{color}">{y:.0}</text>"#,
-                px(*x),
-                py(*y),
-                px(*x) + 4.0,
-                py(*y) - 5.0
-            );
-        }
-        let ly = T + 8.0 + 16.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#,
-            p.x0 + L + 10.0,
-            p.x0 + L + 30.0,
-            p.x0 + L + 35.0,
-            ly + 4.0
-        );
-    }
-}
-
-fn fmt_count(x: f64) -> String {
-    match x {
-        x if x >= 1e6 => format!("{}M", x / 1e6),
-        x if x >= 1e3 => format!("{}k", x / 1e3),
-        x => format!("{x}"),
-    }
 }
 
 #[cfg(test)]
@@ -268,10 +145,10 @@ mod tests {
         assert!(point("broken", &serde_json::json!({})).is_none());
         let mut b = a.clone();
         b.workloads = 100_000.0;
-        let out = svg(&[a, b]);
-        // Two panels, two series each, two points per series.
-        assert_eq!(out.matches("<polyline").count(), 4);
+        let out = svg(&[a, b]).unwrap();
+        // Two panels, two series each, two points per series (a circle and its value each).
         assert_eq!(out.matches("<circle").count(), 8);
+        assert!(out.contains("\n53\n") && out.contains("controller RSS against workloads"));
         assert_eq!(decades([200.0, 100_000.0].into_iter()), (100.0, 100_000.0));
     }
 }

@@ -1,0 +1,268 @@
+//! One run of one scenario, phase by phase: plan and population (setup.rs), the load
+//! generator's watches, a cluster at rest (quiet.rs), the controller (launch.rs), the scenario
+//! (drive.rs), the final readings and the report (outcome.rs), the result files.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use kube::Client;
+use serde_json::{Value, json};
+
+use crate::ctx::Ctx;
+use crate::launch::Controllers;
+use crate::ledger::State;
+use crate::objects::{ConfigRef, OwnRequests, Population};
+use crate::outcome::{self, Before, Gathered, Times};
+use crate::scenario::{Plan, Rng, Scenario};
+use crate::setup::{self, Populated};
+use crate::{Args, drive, log, markdown, mixed, pause, quiet, report, result_name, tenancy};
+
+/// What a run of one scenario is given, fixed before anything is created.
+pub struct RunEnv<'a> {
+    pub args: &'a Args,
+    pub scenario: Scenario,
+    pub plan: Plan,
+    pub kubeconfig: &'a Path,
+    pub results_dir: &'a Path,
+    /// What `{bin}` stands for.
+    pub bin: Option<&'a str>,
+    pub client: &'a Client,
+    /// The stem of the result files.
+    pub name: String,
+    /// The commit of the load test's checkout (`git describe`-like; None outside git).
+    pub commit: Option<&'a str>,
+    pub run_id: String,
+    /// Start of the run's clock.
+    pub epoch: Instant,
+}
+
+/// Runs `scenario` once and writes its result files; returns whether it passed and its row of
+/// the summary table.
+pub async fn run_one(
+    args: &Args,
+    scenario: Scenario,
+    kubeconfig: &Path,
+    results_dir: &Path,
+    bin: Option<&str>,
+    commit: Option<&str>,
+    client: &Client,
+) -> Result<(bool, String)> {
+    let epoch = Instant::now();
+    let plan = setup::plan(args, scenario);
+    let (run_id, seed) = setup::run_id_and_seed(args.seed)?;
+    let env = RunEnv {
+        args,
+        scenario,
+        plan,
+        kubeconfig,
+        results_dir,
+        bin,
+        client,
+        name: result_name(args, scenario, commit),
+        commit,
+        run_id,
+        epoch,
+    };
+    let mut rng = Rng::new(seed);
+    let loadavg_start = outcome::loadavg();
+    log(&format!(
+        "== {}: run {}, {} namespaces, {} workloads (load avg {loadavg_start})",
+        env.name, env.run_id, env.plan.namespaces, env.plan.workloads
+    ));
+    let populated = setup::populate(scenario, &env.plan, &env.run_id);
+    let own = Arc::new(OwnRequests::default());
+    let (n_objects, setup_s) =
+        setup::create(args, client, &populated.pop, &env.plan, &env.run_id, &own).await?;
+
+    let result = measure(&env, populated, own, &mut rng).await;
+    if scenario == Scenario::Poisoned {
+        // Normally removed by the run; a failed run must not leave it refusing writes.
+        tenancy::unpoison(client, &env.run_id).await;
+    }
+    setup::cleanup(client, &env.run_id, args.keep, args.concurrency).await;
+    let mut report = result?;
+    let passed = report["correctness"]["passed"].as_bool().unwrap_or(false);
+    report["run"]["setup_s"] = json!(report::round(setup_s));
+    report["run"]["objects_created"] = json!(n_objects);
+    report["run"]["loadavg_start"] = json!(loadavg_start);
+    report["run"]["seed"] = json!(seed);
+    write_results(&env, &report)?;
+    Ok((passed, markdown::summary_row(&report)))
+}
+
+/// `<name>.json` and `<name>.md` (the `.svg` was written with the figures).
+fn write_results(env: &RunEnv<'_>, report: &Value) -> Result<()> {
+    let md = markdown::markdown(report);
+    let dir = env.results_dir;
+    std::fs::write(
+        dir.join(format!("{}.json", env.name)),
+        serde_json::to_string_pretty(report)? + "\n",
+    )?;
+    std::fs::write(dir.join(format!("{}.md", env.name)), &md)?;
+    println!("{md}");
+    log(&format!(
+        "results: {}",
+        dir.join(format!("{}.{{json,md,svg}}", env.name)).display()
+    ));
+    Ok(())
+}
+
+/// Everything between the population's creation and its deletion: returns the report.
+async fn measure(
+    env: &RunEnv<'_>,
+    populated: Populated,
+    own: Arc<OwnRequests>,
+    rng: &mut Rng,
+) -> Result<Value> {
+    let Populated {
+        pop,
+        targets,
+        initial_hashes,
+    } = populated;
+    let population = json!({
+        "namespaces": pop.namespaces.len(),
+        "workloads": pop.workloads.len(),
+        "configs": pop.configs.len(),
+    });
+    let state = Arc::new(Mutex::new(State::default()));
+    let mixed_kinds = env.scenario == Scenario::Mixed;
+    let watches = mixed::spawn_watches(env.client, &env.run_id, &state, env.epoch, mixed_kinds);
+    if let Err(e) = wait_watches_synced(&state, watches.len(), pop.workloads.len()).await {
+        watches.iter().for_each(|w| w.abort());
+        return Err(e);
+    }
+    let (rollouts, rollouts_task) = pause::spawn(env.client, &env.run_id, env.epoch);
+    if env.plan.wait_for_rest && !env.args.no_wait_rollouts {
+        quiet::wait_for_rest(env.client, &env.plan, &pop, &rollouts).await;
+    }
+
+    let mut ctl = Controllers::prepare(env, &own).await?;
+    let before = Before {
+        api: crate::apimetrics::scrape(env.client).await.ok(),
+        own: own.snapshot(),
+    };
+    ctl.start(env, pop.namespaces.len()).await?;
+    tokio::time::sleep(Duration::from_secs_f64(env.plan.warmup_s)).await;
+    let proxy_at_changes = ctl.proxy.as_ref().map(|p| p.stats());
+    let t_changes = env.epoch.elapsed().as_secs_f64();
+    let wall_changes = jiff::Timestamp::now();
+
+    let ctx = Arc::new(Ctx {
+        client: env.client.clone(),
+        epoch: env.epoch,
+        state: state.clone(),
+        own: own.clone(),
+        run_id: env.run_id.clone(),
+        config_tags: config_tags(env.scenario, &pop),
+        pop,
+        concurrency: env.args.concurrency,
+        nonce: AtomicUsize::new(0),
+        phase: Mutex::new(env.scenario.name().to_string()),
+    });
+    let mut driven = drive::drive(env, &ctx, &mut ctl, rng, &targets, &rollouts).await?;
+    let t_reloaded = env.epoch.elapsed().as_secs_f64();
+    log(&format!(
+        "{} expected reloads seen; settling {}s",
+        if driven.completed { "all" } else { "NOT all" },
+        env.plan.settle_s
+    ));
+    tokio::time::sleep(env.plan.settle()).await;
+    let times = Times {
+        changes: t_changes,
+        reloaded: t_reloaded,
+        end: env.epoch.elapsed().as_secs_f64(),
+        wall_changes,
+    };
+
+    let fin = outcome::final_readings(
+        env,
+        &mut ctl,
+        &own,
+        proxy_at_changes,
+        &times,
+        &mut driven.notes,
+    )
+    .await;
+    watches.iter().for_each(|w| w.abort());
+    rollouts_task.abort();
+    let _ = std::fs::remove_file(&ctl.proxy_kubeconfig);
+    let st = state.lock().unwrap();
+    outcome::report(
+        env,
+        Gathered {
+            state: &st,
+            initial_hashes: &initial_hashes,
+            driven,
+            ctl: &ctl,
+            before,
+            fin,
+            times,
+            population,
+        },
+    )
+}
+
+/// Waits until the load generator's watches have listed every workload of the run (they start
+/// before the controller, so a reload at its start-up is seen too).
+async fn wait_watches_synced(state: &Mutex<State>, watches: usize, workloads: usize) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        let (synced, known) = {
+            let st = state.lock().unwrap();
+            (st.watches_synced, st.workloads_known())
+        };
+        if synced >= watches && known >= workloads {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(300) {
+            bail!("the workload watch saw {known}/{workloads} workloads after 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The tag of each config's changes in the report when the scenario tags by config rather than
+/// by phase: how the workload references it (references), the workload's kind (mixed), or the
+/// tenant (noisy-neighbour, poisoned).
+fn config_tags(scenario: Scenario, pop: &Population) -> BTreeMap<ConfigRef, String> {
+    let mut tags = BTreeMap::new();
+    for w in &pop.workloads {
+        for c in &w.configs {
+            let tag = match scenario {
+                Scenario::References => format!("{} {:?}", w.refs.name(), c.kind),
+                Scenario::Mixed => format!("{:?}", w.kind),
+                Scenario::NoisyNeighbour | Scenario::Poisoned => tenancy::tag(c),
+                _ => return tags,
+            };
+            tags.insert(c.clone(), tag);
+        }
+    }
+    tags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scale;
+
+    #[test]
+    fn configs_are_tagged_by_reference_or_kind_only_where_the_scenario_says() {
+        let plan = Plan::new(Scenario::References, Scale::Small);
+        let refs = setup::populate(Scenario::References, &plan, "abc").pop;
+        let tags = config_tags(Scenario::References, &refs);
+        assert_eq!(tags.len(), refs.configs.len());
+        let distinct: std::collections::BTreeSet<_> = tags.values().collect();
+        // Every reference style, each for a ConfigMap and a Secret.
+        assert_eq!(distinct.len(), 2 * crate::objects::RefStyle::OTHERS.len());
+        assert!(config_tags(Scenario::Steady, &refs).is_empty());
+        let plan = Plan::new(Scenario::Mixed, Scale::Small);
+        let mixed = setup::populate(Scenario::Mixed, &plan, "abc").pop;
+        let kinds: std::collections::BTreeSet<_> =
+            config_tags(Scenario::Mixed, &mixed).into_values().collect();
+        assert_eq!(kinds.len(), crate::objects::WorkloadKind::ALL.len());
+    }
+}
