@@ -14,16 +14,18 @@ use crate::engine::Engine;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::pause::PauseKeeper;
-use crate::rollout::{KubeWriter, QueueSettings, ReloadQueue, Tenants, write_limiter};
-use crate::shard::coordinator::Coordinator;
+use crate::rollout::{
+    KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
+};
+use crate::shard::coordinator::{Coordinator, ShardError};
 use crate::shard::{Ownership, ShardState};
 use crate::telemetry::api_requests::CountRequestsLayer;
 use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
-use crate::watch::ShardLink;
 use crate::watch::WatchContext;
 use crate::watch::access::allowed_in_scope;
+use crate::watch::{ShardLink, WatchError};
 
 /// What the API server (its audit log, its request logs) sees as the client.
 pub const USER_AGENT: &str = concat!("kube-reloader/", env!("CARGO_PKG_VERSION"));
@@ -102,18 +104,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let mut settings = Settings::try_from(flags)?;
     let metrics =
         Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
-    let mut kube_config = kube::Config::infer()
-        .await
-        .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
-    // kube-rs sends no User-Agent; the API server's audit log and its operators see who asks.
-    kube_config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    let client = kube::client::ClientBuilder::try_from(kube_config)
-        .context("building the Kubernetes client")?
-        .with_layer(&CountRequestsLayer::new(metrics.clone()))
-        .build();
+    let client = kube_client(&metrics).await?;
     detect_openshift(&client, &mut settings).await;
     let settings = Arc::new(settings);
     if let Some(meta_info) = meta_info {
@@ -121,37 +112,9 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     let pod_name = std::env::var("POD_NAME").ok();
 
-    let ownership = Arc::new(match &settings.shard {
-        Some(shard) => Ownership::sharded(
-            settings.namespaces_to_ignore.clone(),
-            Arc::new(ShardState::new(shard.me.clone(), shard.renew_deadline)),
-        ),
-        None => Ownership::new(
-            settings.namespaces_to_ignore.clone(),
-            settings.namespace_selector.is_some(),
-        ),
-    });
-    let (coordinator, shard_link) = match &settings.shard {
-        Some(shard) => {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let coordinator =
-                Coordinator::new(client.clone(), shard.clone(), ownership.clone(), tx);
-            info!(
-                me = %shard.me,
-                namespace = %shard.namespace,
-                mode = if shard.sharding { "sharding" } else { "leader-only (--enable-ha)" },
-                "joining the replica set"
-            );
-            (
-                Some(coordinator.clone()),
-                Some(ShardLink {
-                    coordinator,
-                    changes: rx,
-                }),
-            )
-        }
-        None => (None, None),
-    };
+    let ownership = ownership_for(&settings);
+    let shard_link = join_replica_set(&client, &settings, &ownership);
+    let coordinator = shard_link.as_ref().map(|link| link.coordinator.clone());
     let index = Arc::new(ReverseIndex::new());
     let queue_settings = queue_settings(&settings);
     // One write budget for reloads, their Events and pause resumes.
@@ -223,7 +186,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         ready: Box::new(move || ready_probe.is_ready()),
         explain: Some(explain),
     });
-    let mut admin_server = tokio::spawn(crate::http::serve(metrics_addr, admin));
+    let admin_server = tokio::spawn(crate::http::serve(metrics_addr, admin));
     if let Some(addr) = pprof_addr {
         tokio::spawn(async move {
             if let Err(e) = crate::http::pprof::serve(addr).await {
@@ -231,16 +194,88 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             }
         });
     }
-    let mut watching = tokio::spawn(watches.run(shard_link));
-    let mut coordinating = match &coordinator {
-        Some(c) => tokio::spawn(c.clone().run()),
-        None => tokio::spawn(std::future::pending()),
+    let tasks = CriticalTasks {
+        watching: tokio::spawn(watches.run(shard_link)),
+        admin_server,
+        coordinating: match &coordinator {
+            Some(c) => tokio::spawn(c.clone().run()),
+            None => tokio::spawn(std::future::pending()),
+        },
     };
+    supervise(tasks, coordinator, engine.queue()).await
+}
 
+/// The client, with kube-reloader's User-Agent and every request counted in the metrics.
+async fn kube_client(metrics: &Arc<Metrics>) -> anyhow::Result<kube::Client> {
+    let mut kube_config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
+    // kube-rs sends no User-Agent; the API server's audit log and its operators see who asks.
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
+    Ok(kube::client::ClientBuilder::try_from(kube_config)
+        .context("building the Kubernetes client")?
+        .with_layer(&CountRequestsLayer::new(metrics.clone()))
+        .build())
+}
+
+fn ownership_for(settings: &Settings) -> Arc<Ownership> {
+    let ignored = settings.namespaces_to_ignore.clone();
+    Arc::new(match &settings.shard {
+        Some(shard) => Ownership::sharded(
+            ignored,
+            Arc::new(ShardState::new(shard.me.clone(), shard.renew_deadline)),
+        ),
+        None => Ownership::new(ignored, settings.namespace_selector.is_some()),
+    })
+}
+
+/// With `--sharding` or `--enable-ha`: the coordinator and its channel to the watches.
+fn join_replica_set(
+    client: &kube::Client,
+    settings: &Settings,
+    ownership: &Arc<Ownership>,
+) -> Option<ShardLink> {
+    let shard = settings.shard.as_ref()?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let coordinator = Coordinator::new(client.clone(), shard.clone(), ownership.clone(), tx);
+    info!(
+        me = %shard.me,
+        namespace = %shard.namespace,
+        mode = if shard.sharding { "sharding" } else { "leader-only (--enable-ha)" },
+        "joining the replica set"
+    );
+    Some(ShardLink {
+        coordinator,
+        changes: rx,
+    })
+}
+
+/// The tasks without which the controller cannot do its job.
+struct CriticalTasks {
+    watching: tokio::task::JoinHandle<Result<(), WatchError>>,
+    admin_server: tokio::task::JoinHandle<std::io::Result<()>>,
+    coordinating: tokio::task::JoinHandle<Result<(), ShardError>>,
+}
+
+/// Runs until a critical task ends (an error: exit non-zero) or a shutdown signal (hand over,
+/// drain the queue, leave the replica set).
+async fn supervise<W: WorkloadWriter, O: QueueObserver>(
+    tasks: CriticalTasks,
+    coordinator: Option<Arc<Coordinator>>,
+    queue: &ReloadQueue<W, O>,
+) -> anyhow::Result<()> {
+    let CriticalTasks {
+        mut watching,
+        mut admin_server,
+        mut coordinating,
+    } = tasks;
     // A critical task ending means the controller can no longer do its job: exit non-zero.
     tokio::select! {
         r = &mut watching => {
-            let e = r.map_err(anyhow::Error::from).and_then(|r| r).err();
+            let e = r.map_err(WatchError::from).and_then(|r| r).err();
             error!(error = ?e, "watches stopped");
             anyhow::bail!("watches stopped: {e:?}");
         }
@@ -248,7 +283,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             anyhow::bail!("admin endpoint stopped: {r:?}");
         }
         r = &mut coordinating => {
-            let e = r.map_err(anyhow::Error::from).and_then(|r| r).err();
+            let e = r.map_err(ShardError::from).and_then(|r| r).err();
             error!(error = ?e, "the shard coordinator stopped");
             anyhow::bail!("the shard coordinator stopped: {e:?}");
         }
@@ -260,9 +295,9 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             }
             info!("shutting down: no new work, finishing in-flight writes");
             watching.abort();
-            let drained = engine.queue().drain(DRAIN_DEADLINE).await;
+            let drained = queue.drain(DRAIN_DEADLINE).await;
             if !drained {
-                warn!(left = engine.queue().depth(), "writes still pending at the shutdown deadline");
+                warn!(left = queue.depth(), "writes still pending at the shutdown deadline");
             }
             // Leave the replica set so the others take over now, not after the Lease expires.
             coordinating.abort();

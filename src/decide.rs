@@ -78,12 +78,6 @@ pub enum ReloadDecision {
     Skip(SkipReason),
 }
 
-impl ReloadDecision {
-    pub fn is_reload(self) -> bool {
-        matches!(self, ReloadDecision::Reload(_))
-    }
-}
-
 /// The first rule that says no, in the words of the compatibility spec's decision order. The
 /// controller counts them by their coarse [`SkipReason`]; explain and lint show them whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

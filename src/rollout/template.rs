@@ -58,11 +58,6 @@ impl EnvPlacement {
     }
 }
 
-/// JSON-pointer escaping of one path segment.
-pub fn escape_pointer(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
-}
-
 /// What the edit changed: JSON pointers whose new value must be written.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct TemplateEdit {
@@ -562,10 +557,5 @@ mod tests {
             ),
             None
         );
-    }
-
-    #[test]
-    fn escaping() {
-        assert_eq!(escape_pointer("a/b~c"), "a~1b~0c");
     }
 }

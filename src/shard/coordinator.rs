@@ -26,6 +26,20 @@ use super::lease::{self, Member};
 use super::liveness::Liveness;
 use super::{Assignment, Ownership, ShardState};
 
+/// Why the coordinator stopped or a step of it failed. Its loops retry API errors, so a loop
+/// that returns is a bug or a lost watch; the controller exits on it.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("encoding the shard assignment: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("the {0} ended")]
+    Ended(&'static str),
+    #[error("a coordinator task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";
 
 #[derive(Debug, Clone)]
@@ -100,10 +114,6 @@ impl Coordinator {
         self.synced.fetch_max(generation, Ordering::AcqRel);
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::Acquire)
-    }
-
     /// Resolves once a first assignment is known (start-up waits for it, so the first list
     /// indexes exactly the owned namespaces).
     pub async fn wait_for_assignment(&self) {
@@ -112,7 +122,7 @@ impl Coordinator {
     }
 
     /// Runs every loop until one fails for good (the caller exits the process).
-    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+    pub async fn run(self: Arc<Self>) -> Result<(), ShardError> {
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(self.clone().membership_loop());
         tasks.spawn(self.clone().leader_loop());
@@ -182,7 +192,7 @@ impl Coordinator {
         lease::resign(&self.leases(), &self.settings.me).await;
     }
 
-    async fn membership_loop(self: Arc<Self>) -> anyhow::Result<()> {
+    async fn membership_loop(self: Arc<Self>) -> Result<(), ShardError> {
         let mut last_ok: Option<Instant> = None;
         loop {
             match self.renew_once().await {
@@ -210,7 +220,7 @@ impl Coordinator {
         }
     }
 
-    async fn leader_loop(self: Arc<Self>) -> anyhow::Result<()> {
+    async fn leader_loop(self: Arc<Self>) -> Result<(), ShardError> {
         let duration = self.settings.lease_duration.as_secs().max(1) as i32;
         loop {
             match lease::try_lead(
@@ -269,7 +279,7 @@ impl Coordinator {
         live.into_iter().collect()
     }
 
-    async fn publish_assignment(&self) -> anyhow::Result<()> {
+    async fn publish_assignment(&self) -> Result<(), ShardError> {
         let members = self.members().await?;
         let desired = self.desired_members(&members);
         let current = self.read_assignment().await?;
@@ -297,19 +307,19 @@ impl Coordinator {
         Ok(())
     }
 
-    async fn read_assignment(&self) -> anyhow::Result<Option<Assignment>> {
+    async fn read_assignment(&self) -> Result<Option<Assignment>, ShardError> {
         let cm = self.configmaps().get_opt(ASSIGNMENT_CONFIGMAP).await?;
         Ok(cm.and_then(|cm| parse_assignment(&cm)))
     }
 
-    async fn refresh_assignment(&self) -> anyhow::Result<()> {
+    async fn refresh_assignment(&self) -> Result<(), ShardError> {
         if let Some(a) = self.read_assignment().await? {
             self.apply_assignment(a);
         }
         Ok(())
     }
 
-    async fn assignment_watch(self: Arc<Self>) -> anyhow::Result<()> {
+    async fn assignment_watch(self: Arc<Self>) -> Result<(), ShardError> {
         let config =
             watcher::Config::default().fields(&format!("metadata.name={ASSIGNMENT_CONFIGMAP}"));
         let mut stream = watcher(self.configmaps(), config)
@@ -326,7 +336,7 @@ impl Coordinator {
                 Err(e) => warn!(error = %e, "assignment watch failed, retrying"),
             }
         }
-        anyhow::bail!("the assignment watch ended")
+        Err(ShardError::Ended("assignment watch"))
     }
 
     /// Installs a newer assignment and tells the watch side what to index and forget.
@@ -359,7 +369,7 @@ impl Coordinator {
 
     /// Completes handovers, each step decided by [`handover::next_step`] from a view snapshot
     /// and the membership Leases.
-    async fn handover_loop(self: Arc<Self>) -> anyhow::Result<()> {
+    async fn handover_loop(self: Arc<Self>) -> Result<(), ShardError> {
         loop {
             tokio::time::sleep(self.settings.retry_period / 2).await;
             let view = self.state.view();

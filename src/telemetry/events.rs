@@ -8,8 +8,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::{debug, warn};
 
 use crate::model::{ConfigKey, WorkloadKey};
+use crate::resources::api_resource;
 use crate::rollout::WriteLimiter;
-use crate::rollout::kube::api_resource;
 use crate::shard::Ownership;
 
 /// Publishes each Event as its own object. kube's `Recorder` folds every Event with the same

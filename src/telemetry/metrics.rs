@@ -154,10 +154,17 @@ impl Metrics {
             }),
             workloads_matched: Family::default(),
         };
-        // Series exist from the start (Reloader does this for success="true|false"), so rate()
-        // and dashboards work before the first event of each kind.
+        m.create_series();
+        m.register_reloader_metrics(&mut registry);
+        m.register_own_metrics(&mut registry);
+        Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Series exist from the start (Reloader does this for success="true|false"), so rate()
+    /// and dashboards work before the first event of each kind.
+    fn create_series(&self) {
         for t in ["conflict", "transient", "permanent"] {
-            let _ = m.errors.get_or_create(&TypeLabel { r#type: t.into() });
+            let _ = self.errors.get_or_create(&TypeLabel { r#type: t.into() });
         }
         for r in [
             "ignored_workload_type",
@@ -166,7 +173,7 @@ impl Metrics {
             "not_referenced",
             "not_opted_in",
         ] {
-            let _ = m.skipped.get_or_create(&Reason { reason: r.into() });
+            let _ = self.skipped.get_or_create(&Reason { reason: r.into() });
         }
         for r in [
             "configmap",
@@ -177,166 +184,172 @@ impl Metrics {
         .into_iter()
         .chain(crate::model::WorkloadKind::ALL.iter().map(|k| k.as_str()))
         {
-            let _ = m
+            let _ = self
                 .watch_restarts
                 .get_or_create(&ResourceLabel { resource: r.into() });
         }
         for r in ["queued", "no_match"] {
-            let _ = m
+            let _ = self
                 .reconcile_total
                 .get_or_create(&ResultLabel { result: r.into() });
         }
         for s in ["true", "false"] {
-            let _ = m.reloaded.get_or_create(&Success { success: s.into() });
+            let _ = self.reloaded.get_or_create(&Success { success: s.into() });
         }
-        let r = &mut registry;
-        let reloader = r.sub_registry_with_prefix("reloader");
+    }
+
+    /// Reloader's metric names, with Reloader's meaning.
+    fn register_reloader_metrics(&self, registry: &mut Registry) {
+        let reloader = registry.sub_registry_with_prefix("reloader");
         reloader.register(
             "reload_executed",
             "Counter of reloads executed by Reloader.",
-            m.reloaded.clone(),
+            self.reloaded.clone(),
         );
-        if count_by_namespace {
+        if self.count_by_namespace {
             reloader.register(
                 "reload_executed_total_by_namespace",
                 "Counter of reloads executed by Reloader by namespace.",
-                m.reloaded_by_namespace.clone(),
+                self.reloaded_by_namespace.clone(),
             );
         }
         reloader.register(
             "action",
             "Total number of reload actions by workload kind and result.",
-            m.action_total.clone(),
+            self.action_total.clone(),
         );
         reloader.register(
             "action_latency_seconds",
             "Time from event received to action applied in seconds.",
-            m.action_latency.clone(),
+            self.action_latency.clone(),
         );
         reloader.register(
             "skipped",
             "Total number of skipped operations by reason.",
-            m.skipped.clone(),
+            self.skipped.clone(),
         );
         reloader.register(
             "errors",
             "Total number of errors by type.",
-            m.errors.clone(),
+            self.errors.clone(),
         );
         reloader.register(
             "retries",
             "Total number of retry attempts.",
-            m.retries.clone(),
+            self.retries.clone(),
         );
         reloader.register(
             "events_received",
             "Total number of events received by type and resource.",
-            m.events_received.clone(),
+            self.events_received.clone(),
         );
         reloader.register(
             "workqueue_depth",
             "Current depth of the work queue.",
-            m.queue_depth.clone(),
+            self.queue_depth.clone(),
         );
         reloader.register(
             "workqueue_adds",
             "Total number of items added to the work queue.",
-            m.queue_adds.clone(),
+            self.queue_adds.clone(),
         );
         reloader.register(
             "reconcile",
             "Total number of reconcile/handler invocations by result.",
-            m.reconcile_total.clone(),
+            self.reconcile_total.clone(),
         );
         reloader.register(
             "reconcile_duration_seconds",
             "Time spent in reconcile/handler in seconds.",
-            m.reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         reloader.register(
             "workloads_matched",
             "Total number of workloads matched for reload by config kind.",
-            m.workloads_matched.clone(),
+            self.workloads_matched.clone(),
         );
-        let own = r.sub_registry_with_prefix("kube_reloader");
+    }
+
+    /// kube-reloader's own metrics (queue, index, sharding, API requests).
+    fn register_own_metrics(&self, registry: &mut Registry) {
+        let own = registry.sub_registry_with_prefix("kube_reloader");
         own.register(
             "reloads_coalesced",
             "Changes merged into a write already pending for the same workload.",
-            m.coalesced.clone(),
+            self.coalesced.clone(),
         );
         own.register(
             "rate_limiter_wait_seconds",
             "Time a write waited for the patch rate limiter.",
-            m.limiter_wait.clone(),
+            self.limiter_wait.clone(),
         );
         own.register(
             "queue_wait_seconds",
             "Time a write waited, ready, in its tenant's queue (backoff and holds not counted).",
-            m.queue_wait.clone(),
+            self.queue_wait.clone(),
         );
         own.register(
             "queue_tenants",
             "Tenants with at least one write pending or in flight.",
-            m.queue_tenants.clone(),
+            self.queue_tenants.clone(),
         );
         own.register(
             "queue_writes_in_backoff",
             "Writes that failed and wait out a backoff before their retry.",
-            m.queue_in_backoff.clone(),
+            self.queue_in_backoff.clone(),
         );
         own.register(
             "reload_latency_seconds",
             "End-to-end reload latency: config change observed to write acknowledged.",
-            m.reload_latency.clone(),
+            self.reload_latency.clone(),
         );
         own.register(
             "watch_restarts",
             "Watch streams that failed and were restarted, by resource.",
-            m.watch_restarts.clone(),
+            self.watch_restarts.clone(),
         );
         own.register(
             "backfill_list_failures",
             "LISTs of a shard handover or namespace backfill that failed and were retried, by \
              resource (the namespaces count as synced only once they succeed).",
-            m.backfill_list_failures.clone(),
+            self.backfill_list_failures.clone(),
         );
         own.register(
             "index_configs",
             "Configs held in the reverse index (digests only).",
-            m.index_configs.clone(),
+            self.index_configs.clone(),
         );
         own.register(
             "index_workloads",
             "Workloads held in the reverse index.",
-            m.index_workloads.clone(),
+            self.index_workloads.clone(),
         );
         own.register(
             "index_edges",
             "Config-to-workload edges in the reverse index.",
-            m.index_edges.clone(),
+            self.index_edges.clone(),
         );
         own.register(
             "owned_namespaces",
             "Namespaces this replica acts on (with a selector or sharding).",
-            m.owned_namespaces.clone(),
+            self.owned_namespaces.clone(),
         );
         own.register(
             "selected_namespaces",
             "Namespaces selected (namespace selector, ignore list) whatever the shard assignment; \
              with sharding the replicas' owned_namespaces add up to at least this.",
-            m.selected_namespaces.clone(),
+            self.selected_namespaces.clone(),
         );
         own.register(
             "ready",
             "1 once the caches are synced and the controller acts (what /ready answers), else 0.",
-            m.ready.clone(),
+            self.ready.clone(),
         );
         own.register(
             "api_requests",
             "Requests sent to the Kubernetes API server, by verb, resource and status code (0: no response).",
-            m.api_requests.clone(),
+            self.api_requests.clone(),
         );
-        Arc::new(Metrics { registry, ..m })
     }
 
     /// Sets the gauges read from the controller's state at scrape time.

@@ -16,11 +16,11 @@ use tracing::{info, warn};
 use crate::config::NamespaceScope;
 use crate::engine::Phase;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::rollout::kube::api_resource;
+use crate::resources::api_resource;
 
 use super::configs::ConfigSource;
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
-use super::{ShardLink, WatchContext};
+use super::{ShardLink, WatchContext, WatchError};
 
 impl WatchContext {
     /// Indexes namespaces this replica gains and forgets those it loses, then reports the
@@ -29,7 +29,7 @@ impl WatchContext {
         self: Arc<Self>,
         mut link: ShardLink,
         start_generation: u64,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), WatchError> {
         while let Some(change) = link.changes.recv().await {
             // Gains up to the start generation were covered by the first lists.
             if change.generation > start_generation {
@@ -49,7 +49,7 @@ impl WatchContext {
             }
             link.coordinator.synced(change.generation);
         }
-        anyhow::bail!("the shard coordinator stopped")
+        Err(WatchError::CoordinatorStopped)
     }
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -19,11 +18,12 @@ use crate::digest::{ConfigPayload, DigestPoolClosed};
 use crate::engine::Phase;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
+use crate::resources::{spc_pod_status_resource, spc_resource};
 
 use super::driver::{IndexVerbs, drive, map_event};
 use super::{
-    SyncGate, WatchContext, dynamic_apis, scope_len, scoped_apis, stream_namespaces, watch_error,
-    watch_streams,
+    SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
+    watch_error, watch_streams,
 };
 
 /// A watched config object, split into identity, annotations and payload.
@@ -66,27 +66,9 @@ impl ConfigSource for Secret {
     }
 }
 
-fn spc_pod_status_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "secrets-store.csi.x-k8s.io",
-            "v1",
-            "SecretProviderClassPodStatus",
-        ),
-        "secretproviderclasspodstatuses",
-    )
-}
-
-pub(crate) fn spc_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass"),
-        "secretproviderclasses",
-    )
-}
-
 pub(super) fn spawn_all(
     ctx: &Arc<WatchContext>,
-    tasks: &mut JoinSet<anyhow::Result<()>>,
+    tasks: &mut JoinSet<Result<(), WatchError>>,
     streaming_lists: bool,
 ) -> SyncGate {
     let kinds: Vec<ConfigKind> = ConfigKind::ALL
@@ -123,7 +105,7 @@ async fn watch_kind<K>(
     ctx: Arc<WatchContext>,
     config: watcher::Config,
     gate: SyncGate,
-) -> anyhow::Result<()>
+) -> Result<(), WatchError>
 where
     K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     K::DynamicType: Default,
@@ -153,7 +135,7 @@ where
         &gate,
     )
     .await;
-    anyhow::bail!("the {} watch ended", K::KIND)
+    Err(WatchError::Ended(K::KIND.to_string()))
 }
 
 /// A config object reduced to what the index keeps: its key (`None`: not ours) and, unless it
@@ -327,7 +309,7 @@ impl ReportedVersions {
     }
 }
 
-async fn watch_spc(ctx: Arc<WatchContext>, gate: SyncGate) -> anyhow::Result<()> {
+async fn watch_spc(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {
     let ar = spc_pod_status_resource();
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &ar);
     let stream = watch_streams(apis, watcher::Config::default().any_semantic());
@@ -342,7 +324,7 @@ async fn watch_spc(ctx: Arc<WatchContext>, gate: SyncGate) -> anyhow::Result<()>
         &gate,
     )
     .await;
-    anyhow::bail!("the SecretProviderClassPodStatus watch ended")
+    Err(WatchError::Ended("SecretProviderClassPodStatus".into()))
 }
 
 /// SecretProviderClassPodStatuses into the index, as their SecretProviderClass's state.

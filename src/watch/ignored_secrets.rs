@@ -20,10 +20,11 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, warn};
 
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
-use crate::rollout::kube::api_resource;
+use crate::resources::api_resource;
 use crate::telemetry::events::workload_reference;
 
 use super::WatchContext;
+use super::WatchError;
 
 /// The API server gets at most this many probes per second from this check.
 pub const PROBES_PER_SECOND: u32 = 5;
@@ -90,7 +91,7 @@ impl WatchContext {
     pub(super) async fn check_ignored_secrets(
         self: Arc<Self>,
         mut notices: mpsc::UnboundedReceiver<Notice>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), WatchError> {
         let mut verdicts = Verdicts::default();
         let mut pace = tokio::time::interval(Duration::from_secs(1) / PROBES_PER_SECOND);
         pace.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -106,7 +107,7 @@ impl WatchContext {
             tokio::time::sleep_until(seen_at + SETTLE).await;
             self.check_one(key, &mut verdicts, &mut pace).await;
         }
-        anyhow::bail!("the ignored-Secret-type check stopped")
+        Err(WatchError::Ended("ignored-Secret-type check".into()))
     }
 
     async fn check_one(

@@ -38,6 +38,18 @@ use crate::telemetry::events::EventSink;
 
 pub use configs::ConfigSource;
 
+/// Why the watches stopped. Each watch retries failures with backoff and runs forever, so any
+/// of these is a bug or a shutdown; the controller exits on it.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("the {0} watch ended")]
+    Ended(String),
+    #[error("the shard coordinator stopped sending assignment changes")]
+    CoordinatorStopped,
+    #[error("a watch task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Hooks for watch health (metrics).
 pub trait WatchObserver: Send + Sync + 'static {
     fn watch_restarted(&self, _resource: &'static str) {}
@@ -113,7 +125,7 @@ impl WatchContext {
     }
 
     /// Runs every watch until one of them ends for good (which is a bug: the caller exits).
-    pub async fn run(self: Arc<Self>, shard: Option<ShardLink>) -> anyhow::Result<()> {
+    pub async fn run(self: Arc<Self>, shard: Option<ShardLink>) -> Result<(), WatchError> {
         let mut tasks = tokio::task::JoinSet::new();
         if self.ownership.uses_selector() {
             let synced = SyncGate::new(1);
@@ -157,7 +169,7 @@ impl WatchContext {
             tasks.spawn(async move { ctx.follow_assignment(link, start_generation).await });
         }
         match tasks.join_next().await {
-            Some(Ok(Ok(()))) | None => anyhow::bail!("a watch ended unexpectedly"),
+            Some(Ok(Ok(()))) | None => Err(WatchError::Ended("watch task".into())),
             Some(Ok(Err(e))) => Err(e),
             Some(Err(e)) => Err(e.into()),
         }

@@ -16,16 +16,16 @@ use crate::engine::Phase;
 use crate::rollout::tenants::Tenants;
 
 use super::driver::{IndexVerbs, drive};
-use super::{SyncGate, WatchContext, watch_error, watch_streams};
+use super::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 
-pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> anyhow::Result<()> {
+pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {
     let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();
     let api: Api<Namespace> = Api::all(ctx.client.clone());
     let config = watcher::Config::default().labels(&selector).any_semantic();
     let stream = watch_streams(vec![api], config);
     let mut verbs = SelectionVerbs { ctx: ctx.clone() };
     drive(stream, vec![None], &mut verbs, &gate).await;
-    anyhow::bail!("the namespace watch ended")
+    Err(WatchError::Ended("namespace".into()))
 }
 
 /// The selected namespaces into the ownership (and, with `--tenant-label`, their tenants).
@@ -77,7 +77,7 @@ pub(super) async fn run_tenants(
     ctx: Arc<WatchContext>,
     label: String,
     gate: SyncGate,
-) -> anyhow::Result<()> {
+) -> Result<(), WatchError> {
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(ctx.client.clone());
     let stream = watch_streams(vec![api], watcher::Config::default().labels(&label));
     let mut verbs = TenantVerbs {
@@ -86,7 +86,7 @@ pub(super) async fn run_tenants(
         ctx: ctx.clone(),
     };
     drive(stream, vec![None], &mut verbs, &gate).await;
-    anyhow::bail!("the tenant namespace watch ended")
+    Err(WatchError::Ended("tenant namespace".into()))
 }
 
 /// Labelled namespaces into the tenant groups.

@@ -12,17 +12,18 @@ use tracing::{debug, warn};
 use crate::engine::Phase;
 use crate::index::workload_entry_from_dynamic;
 use crate::model::{WorkloadKey, WorkloadKind};
-use crate::rollout::kube::api_resource;
+use crate::resources::api_resource;
 use crate::telemetry::events::workload_reference;
 
 use super::driver::{IndexVerbs, drive};
 use super::{
-    SyncGate, WatchContext, dynamic_apis, scope_len, stream_namespaces, watch_error, watch_streams,
+    SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, stream_namespaces, watch_error,
+    watch_streams,
 };
 
 pub(super) fn spawn_all(
     ctx: &Arc<WatchContext>,
-    tasks: &mut JoinSet<anyhow::Result<()>>,
+    tasks: &mut JoinSet<Result<(), WatchError>>,
     streaming_lists: bool,
 ) -> SyncGate {
     let kinds: Vec<WorkloadKind> = WorkloadKind::ALL
@@ -47,7 +48,7 @@ async fn watch_kind(
     kind: WorkloadKind,
     gate: SyncGate,
     config: watcher::Config,
-) -> anyhow::Result<()> {
+) -> Result<(), WatchError> {
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
     let stream = watch_streams(apis, config);
     let mut verbs = WorkloadVerbs {
@@ -61,7 +62,7 @@ async fn watch_kind(
         &gate,
     )
     .await;
-    anyhow::bail!("the {kind} watch ended")
+    Err(WatchError::Ended(kind.to_string()))
 }
 
 /// Workloads of one kind into the index.

@@ -5,25 +5,24 @@
 //! - CronJob: never modified; a Job is created from its template;
 //! - Job: deleted and re-created with the same name and the new template.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
     PropagationPolicy,
 };
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span};
 
 use crate::config::{AnnotationKeys, Settings};
 use crate::index::ReverseIndex;
 use crate::model::{WorkloadKey, WorkloadKind};
-use crate::policy::{RolloutStrategy, parse_go_duration};
+use crate::policy::{RolloutStrategy, pause_period_of, rollout_strategy_of};
+use crate::resources::api_resource;
 use crate::shard::Ownership;
 use crate::telemetry::events::{EventSink, failed_message, reloaded_message, workload_reference};
 
@@ -34,25 +33,6 @@ use super::template::{TemplateChange, edit_template, json_patch_ops};
 
 /// A limiter wait longer than this re-reads the workload before writing (once per attempt).
 const REREAD_AFTER_WAIT: Duration = Duration::from_millis(200);
-
-/// The API resource of each workload kind.
-pub fn api_resource(kind: WorkloadKind) -> ApiResource {
-    match kind {
-        WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
-        WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-        WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
-        WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
-        WorkloadKind::Job => ApiResource::erase::<Job>(&()),
-        WorkloadKind::Rollout => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
-            "rollouts",
-        ),
-        WorkloadKind::DeploymentConfig => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig"),
-            "deploymentconfigs",
-        ),
-    }
-}
 
 /// Classifies an API error for the queue's retry policy.
 pub fn classify(error: kube::Error) -> WriteError {
@@ -227,14 +207,8 @@ impl KubeWriter {
     }
 
     fn rollout_strategy(&self, meta: &ObjectMeta) -> RolloutStrategy {
-        let strategy = meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(&self.keys().rollout_strategy));
-        match strategy.map(String::as_str) {
-            Some("restart") => RolloutStrategy::Restart,
-            _ => RolloutStrategy::Rollout,
-        }
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        rollout_strategy_of(self.keys(), &annotations).0
     }
 
     /// Reads the workload for a write; `None` when it vanished. During a handover also checks
@@ -297,10 +271,10 @@ impl KubeWriter {
         if key.kind != WorkloadKind::Deployment {
             return None;
         }
-        let annotations = value.pointer("/metadata/annotations")?;
-        let period = annotations.get(&self.keys().pause_period)?.as_str()?;
-        let period = parse_go_duration(period).ok().filter(|d| !d.is_zero())?;
-        if annotations.get(&self.keys().paused_at).is_some() {
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(value.pointer("/metadata/annotations")?.clone()).ok()?;
+        let period = pause_period_of(self.keys(), &annotations).ok().flatten()?;
+        if annotations.contains_key(&self.keys().paused_at) {
             return None;
         }
         Some(period.as_secs() as i64)
