@@ -56,15 +56,20 @@ fn wl(name: &str) -> WorkloadKey {
     WorkloadKey::new(WorkloadKind::Deployment, "ns", name)
 }
 
+/// Short backoffs, and a limiter that never makes anyone wait: governor runs on the real clock,
+/// while these tests run on tokio's paused one (every sleep below is virtual and deterministic:
+/// time only moves when every task waits).
 fn fast() -> QueueSettings {
     QueueSettings {
         backoff_base: Duration::from_millis(5),
         backoff_cap: Duration::from_millis(20),
+        max_per_second: NonZeroU32::new(100_000).unwrap(),
+        burst: NonZeroU32::new(100_000).unwrap(),
         ..QueueSettings::default()
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn changes_arriving_during_a_write_are_coalesced_into_one_more_write() {
     let rec = Arc::new(Recorder {
         delay: Duration::from_millis(50),
@@ -72,7 +77,9 @@ async fn changes_arriving_during_a_write_are_coalesced_into_one_more_write() {
     });
     let q = ReloadQueue::start(rec.clone(), (), fast());
     q.enqueue(wl("a"), change("c1", "1"));
+    // Virtual time: at 10 ms the first write is inside its 50 ms at the API server.
     tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(q.stats().in_flight, 1);
     // The first write is in flight: these three pile up and go out together.
     q.enqueue(wl("a"), change("c2", "1"));
     q.enqueue(wl("a"), change("c3", "1"));
@@ -83,7 +90,7 @@ async fn changes_arriving_during_a_write_are_coalesced_into_one_more_write() {
     assert_eq!(writes[1].1, ["c2", "c3"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn min_interval_delays_the_second_write() {
     let rec = Arc::new(Recorder::default());
     let settings = QueueSettings {
@@ -91,7 +98,7 @@ async fn min_interval_delays_the_second_write() {
         ..fast()
     };
     let q = ReloadQueue::start(rec.clone(), (), settings);
-    let start = Instant::now();
+    let start = tokio::time::Instant::now();
     q.enqueue(wl("a"), change("c1", "1"));
     assert!(q.drain(Duration::from_secs(2)).await);
     q.enqueue(wl("a"), change("c1", "2"));
@@ -101,7 +108,7 @@ async fn min_interval_delays_the_second_write() {
     assert_eq!(rec.writes.lock().unwrap().len(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn conflicts_and_throttling_are_retried_until_written() {
     let rec = Arc::new(Recorder::default());
     rec.fail_first.store(3, Ordering::SeqCst);
@@ -112,7 +119,7 @@ async fn conflicts_and_throttling_are_retried_until_written() {
     assert_eq!(rec.writes.lock().unwrap().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_permanently_failing_write_is_dropped_and_others_go_on() {
     let rec = Arc::new(Recorder::default());
     rec.fail_first.store(1, Ordering::SeqCst);
@@ -136,7 +143,9 @@ async fn only_writes_that_change_something_take_a_limiter_turn() {
     let settings = QueueSettings {
         max_per_second: NonZeroU32::new(1).unwrap(),
         burst: NonZeroU32::new(1).unwrap(),
-        ..fast()
+        backoff_base: Duration::from_millis(5),
+        backoff_cap: Duration::from_millis(20),
+        ..QueueSettings::default()
     };
     let queue = ReloadQueue::start(recorder.clone(), (), settings);
     for name in ["a", "b", "c"] {
