@@ -118,10 +118,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         }
         let observed_at = Instant::now();
         if phase == Phase::Backfill {
-            // Never replace what the watch delivered with an older snapshot: that would "change"
-            // the config back and roll workloads to a superseded hash.
-            self.index.insert_config_if_absent(key, state);
-            return 0;
+            // Never replaces what the watch delivered with an older snapshot (that would
+            // "change" the config back); a newer one is a change this replica has not acted on.
+            return match self.index.backfill_config(key.clone(), state) {
+                ConfigTransition::Changed => self.fan_out(&key, &state, false, observed_at),
+                _ => 0,
+            };
         }
         match (self.index.apply_config(key.clone(), state), phase) {
             (ConfigTransition::Unchanged, _) => 0,

@@ -255,3 +255,29 @@ async fn a_backfill_list_never_rolls_back_what_the_watch_delivered() {
     );
     assert_eq!(e.index.config(&other), Some(state("x")));
 }
+
+/// A namespace handed back to this replica: its index still holds the config as it was before
+/// the namespace left, and the change made meanwhile was acted on by nobody (the other replica
+/// let go of the namespace before writing it). The backfill's newer snapshot is that change.
+#[tokio::test]
+async fn a_backfill_newer_than_the_index_is_a_change() {
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    let at = |value, rv| ConfigState {
+        resource_version: rv,
+        ..state(value)
+    };
+    e.config_applied(cfg(), at("v1", 10), Phase::Startup);
+    assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Backfill), 1);
+    assert_eq!(e.index.config(&cfg()), Some(at("v2", 20)));
+    // The same snapshot listed again, or an older one, changes nothing.
+    assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Backfill), 0);
+    assert_eq!(e.config_applied(cfg(), at("v1", 10), Phase::Backfill), 0);
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+}

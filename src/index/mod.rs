@@ -98,13 +98,31 @@ impl ReverseIndex {
         }
     }
 
-    /// Stores `state` only when nothing is known of `key`; true if it was stored.
-    pub fn insert_config_if_absent(&self, key: ConfigKey, state: ConfigState) -> bool {
+    /// A config listed by a backfill (a namespace gained while the watch keeps running): stored
+    /// when nothing is known of `key` (`Created`), or when what is known is older by resource
+    /// version (`Changed` if the content differs: a change this replica's watch did not act on,
+    /// e.g. one made while the namespace belonged to another replica that has since let go).
+    /// Never replaces what the watch delivered with an older or equal snapshot.
+    pub fn backfill_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
+        let key = self.edges.get(&key).map_or(key, |e| e.key().clone());
         match self.configs.entry(key) {
-            dashmap::Entry::Occupied(_) => false,
             dashmap::Entry::Vacant(v) => {
                 v.insert(state);
-                true
+                ConfigTransition::Created
+            }
+            dashmap::Entry::Occupied(mut o) => {
+                let old = *o.get();
+                let newer =
+                    old.resource_version != 0 && state.resource_version > old.resource_version;
+                if !newer {
+                    return ConfigTransition::Unchanged;
+                }
+                o.insert(state);
+                if old.digest.blake3 != state.digest.blake3 {
+                    ConfigTransition::Changed
+                } else {
+                    ConfigTransition::Unchanged
+                }
             }
         }
     }

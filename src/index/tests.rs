@@ -186,6 +186,45 @@ fn an_event_older_than_what_is_stored_is_not_a_change() {
 }
 
 #[test]
+fn a_backfill_replaces_only_older_snapshots() {
+    let idx = ReverseIndex::new();
+    let at = |byte, rv| ConfigState {
+        resource_version: rv,
+        ..state(byte)
+    };
+    assert_eq!(
+        idx.backfill_config(cm("c"), at(1, 10)),
+        ConfigTransition::Created
+    );
+    assert_eq!(
+        idx.backfill_config(cm("c"), at(2, 10)),
+        ConfigTransition::Unchanged
+    );
+    assert_eq!(
+        idx.backfill_config(cm("c"), at(2, 5)),
+        ConfigTransition::Unchanged
+    );
+    assert_eq!(idx.config(&cm("c")).unwrap().resource_version, 10);
+    assert_eq!(
+        idx.backfill_config(cm("c"), at(1, 11)),
+        ConfigTransition::Unchanged
+    );
+    assert_eq!(
+        idx.backfill_config(cm("c"), at(3, 12)),
+        ConfigTransition::Changed
+    );
+    // Without resource versions (pod statuses) what is stored stays.
+    assert_eq!(
+        idx.backfill_config(cm("s"), at(1, 0)),
+        ConfigTransition::Created
+    );
+    assert_eq!(
+        idx.backfill_config(cm("s"), at(2, 0)),
+        ConfigTransition::Unchanged
+    );
+}
+
+#[test]
 fn unresolved_configs_are_those_used_but_never_indexed() {
     let index = ReverseIndex::new();
     index.apply_workload(entry("web", &["present", "absent"], &[]));

@@ -3,6 +3,7 @@
 //! across tenants.
 
 pub mod config_view;
+pub mod limiter;
 pub mod naming;
 pub mod pause;
 pub mod queue;
@@ -12,9 +13,10 @@ pub mod tenants;
 pub mod writer;
 
 pub use self::writer::KubeWriter;
+pub use limiter::{TurnPriority, WriteLimiter, write_limiter};
 pub use queue::{
     QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
-    WriteLimiter, WriteOutcome, WriteTurn, write_limiter,
+    WriteOutcome, WriteTurn,
 };
 pub use scheduler::{Priority, QueueStats, WorkloadQueueState};
 pub use tenants::Tenants;

@@ -2,6 +2,7 @@
 //! that changes during the period join one rollout; it is resumed when the period ends. Resume
 //! times are derived from `paused-at`, so a restart of the controller resumes on time.
 
+use crate::rollout::TurnPriority;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,7 +88,7 @@ async fn resume(inner: &Inner, key: &WorkloadKey) {
             tokio::time::sleep(FENCED_RETRY).await;
             continue;
         }
-        inner.limiter.until_ready().await;
+        inner.limiter.until_ready(TurnPriority::Live).await;
         attempt += 1;
         match api
             .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -16,12 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Notify;
 use tracing::{Instrument, Span, debug, warn};
 
 use crate::model::WorkloadKey;
 
+use super::limiter::{
+    TokioClock, TokioRateLimiter, TurnPriority, WriteLimiter, tokio_rate_limiter, wait_for_cell,
+    write_limiter,
+};
 use super::scheduler::{
     Coalesce, Completion, Dispatch, Priority, QueueStats, Scheduler, SchedulerSettings,
     WorkloadQueueState, default_jitter,
@@ -128,14 +131,16 @@ pub trait WorkloadWriter: Send + Sync + 'static {
 /// covers the attempt, even when a Job is re-created with a delete and a create.
 pub struct WriteTurn<'a> {
     limiter: &'a WriteLimiter,
+    priority: TurnPriority,
     /// Nanoseconds waited for the limiter, `u64::MAX` while the turn has not been taken.
     waited_nanos: AtomicU64,
 }
 
 impl<'a> WriteTurn<'a> {
-    pub fn new(limiter: &'a WriteLimiter) -> Self {
+    pub fn new(limiter: &'a WriteLimiter, priority: TurnPriority) -> Self {
         Self {
             limiter,
+            priority,
             waited_nanos: AtomicU64::new(u64::MAX),
         }
     }
@@ -146,9 +151,7 @@ impl<'a> WriteTurn<'a> {
         if self.waited().is_some() {
             return Duration::ZERO;
         }
-        let started = Instant::now();
-        self.limiter.until_ready().await;
-        let waited = started.elapsed();
+        let waited = self.limiter.until_ready(self.priority).await;
         let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX - 1);
         self.waited_nanos.store(nanos, Ordering::Relaxed);
         waited
@@ -161,16 +164,6 @@ impl<'a> WriteTurn<'a> {
             nanos => Some(Duration::from_nanos(nanos)),
         }
     }
-}
-
-/// The API server's write budget (`--max-patches-per-second`, `--patch-burst`), shared by
-/// reloads, the Events written for them and pause-period resumes.
-pub type WriteLimiter = Arc<DefaultDirectRateLimiter>;
-
-pub fn write_limiter(max_per_second: NonZeroU32, burst: NonZeroU32) -> WriteLimiter {
-    Arc::new(RateLimiter::direct(
-        Quota::per_second(max_per_second).allow_burst(burst),
-    ))
 }
 
 /// Observes what the queue does (metrics, events, alerts).
@@ -266,7 +259,8 @@ struct Inner<W, O> {
     /// bottleneck, up to `concurrency` writes would wait in the limiter, which serves whoever
     /// asked first: a quiet tenant's write would queue behind 32 noisy ones there. Paced, writes
     /// wait in the scheduler, where tenants take turns, and the limiter stays the outer bound.
-    pacer: DefaultDirectRateLimiter,
+    pacer: TokioRateLimiter,
+    clock: TokioClock,
 }
 
 /// The scheduler's clock: tokio's, so that tests with `tokio::time::pause` drive it.
@@ -310,9 +304,7 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
         tenants: Arc<Tenants>,
     ) -> Self {
         let wake = Arc::new(Notify::new());
-        let pacer = RateLimiter::direct(
-            Quota::per_second(settings.max_per_second).allow_burst(settings.burst),
-        );
+        let pacer = tokio_rate_limiter(settings.max_per_second, settings.burst);
         let inner = Arc::new(Inner {
             scheduler: Mutex::new(Scheduler::new(settings.scheduler(), default_jitter())),
             wake: wake.clone(),
@@ -322,6 +314,7 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
             tenants,
             settings,
             pacer,
+            clock: TokioClock::default(),
         });
         tokio::spawn(dispatch(Arc::downgrade(&inner), wake));
         Self { inner }
@@ -419,10 +412,7 @@ fn start_ready<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>) ->
         let mut started = Vec::new();
         let mut paced_until = None;
         while scheduler.has_ready(now) {
-            if let Err(not_until) = inner.pacer.check() {
-                let wait = not_until.wait_time_from(governor::clock::Clock::now(
-                    &governor::clock::DefaultClock::default(),
-                ));
+            if let Some(wait) = wait_for_cell(&inner.pacer, &inner.clock) {
                 paced_until = Some(now + wait);
                 break;
             }
@@ -455,6 +445,7 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(
         key,
         tenant,
         changes,
+        priority,
         attempt,
         ..
     } = job;
@@ -464,7 +455,12 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(
         .first()
         .map(|c| c.span.clone())
         .unwrap_or_else(Span::none);
-    let result = write_attempt(&inner, &key, &changes)
+    // A live change's first attempt goes before retries and reconciliation at the limiter too.
+    let turn_priority = match (priority, attempt) {
+        (Priority::Live, 1) => TurnPriority::Live,
+        _ => TurnPriority::Retry,
+    };
+    let result = write_attempt(&inner, &key, &changes, turn_priority)
         .instrument(span.clone())
         .await;
     let retry = match &result {
@@ -554,10 +550,11 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
     inner: &Inner<W, O>,
     key: &WorkloadKey,
     changes: &[QueuedChange],
+    priority: TurnPriority,
 ) -> Result<WriteOutcome, WriteError> {
     let mut conflicts = 0u32;
     loop {
-        let turn = WriteTurn::new(&inner.limiter);
+        let turn = WriteTurn::new(&inner.limiter, priority);
         let result = inner.writer.write(key, changes, &turn).await;
         if let Some(waited) = turn.waited() {
             inner.observer.limiter_wait(waited);

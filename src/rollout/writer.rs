@@ -121,7 +121,7 @@ impl KubeWriter {
         // Fenced (membership not renewed in time): hold the write; it goes out once this replica
         // is a member again and still owns the namespace, or is dropped if it moved.
         if !self.ownership.may_write() {
-            return Err(WriteError::Transient(
+            return Err(WriteError::NotYet(
                 "fenced: membership Lease not renewed".into(),
             ));
         }

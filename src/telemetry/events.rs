@@ -1,5 +1,6 @@
 //! Kubernetes Events on workloads, with Reloader's reasons and message texts.
 
+use crate::rollout::TurnPriority;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use std::sync::Arc;
@@ -114,7 +115,7 @@ impl EventSink {
                 return;
             }
             if needs_turn {
-                gate.limiter.until_ready().await;
+                gate.limiter.until_ready(TurnPriority::Notice).await;
             }
         }
         // Event notes are limited to 1 kB by the API server.
