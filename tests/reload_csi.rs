@@ -332,3 +332,37 @@ async fn another_pods_status_with_older_versions_does_not_roll_back() {
     );
     assert_eq!(generation(&ns, "web").await, gen_rolled, "rolled again");
 }
+
+/// A namespace entering the selection after start-up is listed as a start-up would list it,
+/// pod statuses included: its next rotation is a change, not the creation of an unknown class.
+#[tokio::test]
+async fn a_namespace_entering_the_selection_has_its_pod_statuses_indexed() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, Patch, PatchParams};
+    let ns = setup("csi-enter").await;
+    let c = &ns.client;
+    create(c, &ns.name, provider_class("vault", json!({}))).await;
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    create(c, &ns.name, deployment("auto", auto, csi_pod_spec("vault"))).await;
+    create_pod_status(&ns, "web-0", "vault", &[("secret/pw", "1")]).await;
+    let key = "kube-reloader-test-csi-enter";
+    let token = unique_token("csi");
+    let controller = Controller::start(&[
+        &format!("--namespace-selector={key}={token}"),
+        "--enable-csi-integration=true",
+    ])
+    .await;
+
+    Api::<Namespace>::all(c.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": { key: token }}})),
+        )
+        .await
+        .expect("labelling the namespace");
+    wait_for_log_line(&controller, &["namespaces indexed", &ns.name]).await;
+    rotate(&ns, "web-0", "vault", &[("secret/pw", "2")]).await;
+    let expected = spc_hash("vault", &[("secret/pw", "2")]);
+    wait_env(&ns, "auto", VAULT_VAR, &expected).await;
+}

@@ -1,6 +1,6 @@
 //! The watch side of a shard handover (see `shard/handover.rs` for the protocol) and of a
 //! namespace entering the selection: namespaces gained are listed as a start-up would list
-//! them and reconciled against recorded hashes; only then is the generation reported synced, so
+//! them (workloads, ConfigMaps, Secrets and, with CSI integration, SecretProviderClassPodStatuses) and reconciled against recorded hashes; only then is the generation reported synced, so
 //! the previous owner lets go of a namespace only once it is fully indexed here. A failed LIST
 //! is retried with backoff (log line and metric) rather than skipped: a namespace reported
 //! synced while half indexed would treat its next config change as a creation and not reload.
@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::config::NamespaceScope;
 use crate::engine::Phase;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::resources::api_resource;
+use crate::resources::{api_resource, spc_pod_status_resource};
 
 use super::configs::ConfigSource;
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
@@ -122,9 +122,36 @@ impl WatchContext {
             if self.settings.watches_config(ConfigKind::Secret) {
                 self.list_configs::<Secret>(*target, wanted).await;
             }
+            if self
+                .settings
+                .watches_config(ConfigKind::SecretProviderClass)
+            {
+                self.list_pod_statuses(*target, wanted).await;
+            }
         }
         let set: HashSet<String> = namespaces.iter().cloned().collect();
-        self.engine.reconcile_recorded(Some(&set));
+        let queued = self.engine.reconcile_recorded(Some(&set));
+        info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
+    }
+
+    /// SecretProviderClassPodStatuses, as their SecretProviderClass's state (CSI integration).
+    async fn list_pod_statuses(&self, target: Option<&str>, wanted: &HashSet<&str>) {
+        let ar = spc_pod_status_resource();
+        let api: Api<DynamicObject> = match target {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let params = ListParams::default().limit(CONFIG_PAGE_SIZE);
+        let resource = "secretproviderclasspodstatus";
+        self.backfill_pages(&api, params, resource, target, wanted, |obj| async move {
+            let in_gained = obj
+                .namespace()
+                .is_some_and(|ns| wanted.contains(ns.as_str()));
+            if in_gained && let Some((key, state)) = self.prepare_spc(obj).await {
+                self.engine.config_applied(key, state, Phase::Backfill);
+            }
+        })
+        .await;
     }
 
     async fn list_configs<K>(&self, target: Option<&str>, wanted: &HashSet<&str>)

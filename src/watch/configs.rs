@@ -244,7 +244,7 @@ impl WatchContext {
     }
 
     /// A SecretProviderClassPodStatus: the mounted versions of one SecretProviderClass in one pod.
-    async fn prepare_spc(&self, obj: DynamicObject) -> Option<(ConfigKey, ConfigState)> {
+    pub(super) async fn prepare_spc(&self, obj: DynamicObject) -> Option<(ConfigKey, ConfigState)> {
         let ns = obj.namespace()?;
         if !self.ownership.owns(&ns) {
             return None;
