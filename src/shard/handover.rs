@@ -1,6 +1,9 @@
 //! The shard handover protocol, end to end. Namespaces move between replicas with an overlap
-//! and never a gap: the old owner keeps acting until the new owner has indexed what it gained,
-//! and the new owner writes only once every old owner has let go.
+//! and never a gap: the old owner keeps acting until the new owner has indexed what it gained.
+//! During the overlap both may write; that is safe because a write is idempotent (the template
+//! already holding the hash is left alone), guarded by a resourceVersion test, and, while the
+//! view is settling, preceded by a check that the writer's view of the config is as new as the
+//! API server's (`rollout/config_view.rs`).
 //!
 //! ```text
 //!            leader publishes generation G (ConfigMap kube-reloader-shard-assignment)
@@ -8,7 +11,7 @@
 //!                                   v
 //!   +------------------+  install   +-----------------------------------------------+
 //!   | Settled          | ---------> | Overlap: current = G, previous = last settled  |
-//!   | current = G-1    |            | both act (old owners write, new owners index)  |
+//!   | current = G-1    |            | both act; new owners index what they gained    |
 //!   | previous = none  |            +-----------------------------------------------+
 //!   +------------------+                 |  every member of G reports synced >= G
 //!            ^                           |  (after its backfill LISTs all succeeded)
