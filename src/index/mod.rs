@@ -72,6 +72,32 @@ impl ReverseIndex {
     // ---- configs ----
 
     pub fn apply_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
+        // A late watch event older than what a list already gave us: not a change back.
+        self.store_config(key, state, |old, new| {
+            old.resource_version == 0
+                || new.resource_version == 0
+                || new.resource_version >= old.resource_version
+        })
+    }
+
+    /// A config listed by a backfill (a namespace gained while the watch keeps running): stored
+    /// when nothing is known of `key` (`Created`), or when what is known is older by resource
+    /// version (`Changed` if the content differs: a change this replica's watch did not act on,
+    /// e.g. one made while the namespace belonged to another replica that has since let go).
+    /// Never replaces what the watch delivered with an older or equal snapshot.
+    pub fn backfill_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
+        self.store_config(key, state, |old, new| {
+            old.resource_version != 0 && new.resource_version > old.resource_version
+        })
+    }
+
+    /// Stores `state` if nothing is known of `key` or `replaces(old, new)` says so.
+    fn store_config(
+        &self,
+        key: ConfigKey,
+        state: ConfigState,
+        replaces: impl FnOnce(&ConfigState, &ConfigState) -> bool,
+    ) -> ConfigTransition {
         // A config some workload uses keeps the name the workload's entry already holds.
         let key = self.edges.get(&key).map_or(key, |e| e.key().clone());
         match self.configs.entry(key) {
@@ -81,40 +107,7 @@ impl ReverseIndex {
             }
             dashmap::Entry::Occupied(mut o) => {
                 let old = *o.get();
-                // A late watch event older than what a list already gave us: not a change back.
-                if state.resource_version != 0
-                    && old.resource_version != 0
-                    && state.resource_version < old.resource_version
-                {
-                    return ConfigTransition::Unchanged;
-                }
-                o.insert(state);
-                if old.digest.blake3 != state.digest.blake3 {
-                    ConfigTransition::Changed
-                } else {
-                    ConfigTransition::Unchanged
-                }
-            }
-        }
-    }
-
-    /// A config listed by a backfill (a namespace gained while the watch keeps running): stored
-    /// when nothing is known of `key` (`Created`), or when what is known is older by resource
-    /// version (`Changed` if the content differs: a change this replica's watch did not act on,
-    /// e.g. one made while the namespace belonged to another replica that has since let go).
-    /// Never replaces what the watch delivered with an older or equal snapshot.
-    pub fn backfill_config(&self, key: ConfigKey, state: ConfigState) -> ConfigTransition {
-        let key = self.edges.get(&key).map_or(key, |e| e.key().clone());
-        match self.configs.entry(key) {
-            dashmap::Entry::Vacant(v) => {
-                v.insert(state);
-                ConfigTransition::Created
-            }
-            dashmap::Entry::Occupied(mut o) => {
-                let old = *o.get();
-                let newer =
-                    old.resource_version != 0 && state.resource_version > old.resource_version;
-                if !newer {
+                if !replaces(&old, &state) {
                     return ConfigTransition::Unchanged;
                 }
                 o.insert(state);
