@@ -1,8 +1,10 @@
 //! Kubernetes watches feeding the index. Start-up runs in phases so that nothing is lost and
 //! nothing is rolled just because the controller started:
-//! namespaces (when a selector is set) -> workloads -> configs -> reconcile recorded hashes -> ready.
-//! Every watch restarts with backoff when it breaks; a relist after a break is compared with
-//! the index, so changes made while the watch was down are real changes, not lost ones.
+//! namespaces (with a namespace selector, sharding or `--tenant-label`) -> workloads -> configs ->
+//! reconcile recorded hashes -> ready.
+//! Every watch runs through one driver (`driver.rs`): it restarts with backoff when it breaks,
+//! and a relist after a break is compared with the index, so changes made while the watch was
+//! down are real changes, not lost ones. Namespaces gained later are listed by `backfill.rs`.
 
 pub mod access;
 mod backfill;
