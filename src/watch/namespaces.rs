@@ -57,8 +57,9 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
     fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool) {
         self.ctx.tenants.retain(&seen);
         if !first {
-            // Namespaces that left the selection while the watch was down.
-            for name in self.ctx.index.namespaces() {
+            // Namespaces that left the selection while the watch was down (also those holding
+            // nothing indexed: they still count as selected in the metrics and ownership).
+            for name in self.ctx.ownership.selected_namespaces() {
                 if !seen.contains(&*name) {
                     self.ctx.namespace_left(&name);
                 }
