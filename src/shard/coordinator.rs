@@ -102,7 +102,12 @@ impl Coordinator {
     }
 
     async fn members(&self) -> Result<Vec<Member>, kube::Error> {
-        lease::members(&self.leases(), &self.member_liveness).await
+        lease::members(
+            &self.leases(),
+            &self.member_liveness,
+            self.settings.lease_duration,
+        )
+        .await
     }
 
     fn configmaps(&self) -> Api<ConfigMap> {

@@ -84,11 +84,14 @@ pub struct Member {
 }
 
 /// Every member Lease, live when it changed within its duration by this replica's monotonic
-/// clock (see [`Liveness`]): the holders' wall clocks never decide who is alive.
+/// clock (see [`Liveness`]): the holders' wall clocks never decide who is alive. A Lease without
+/// a duration counts with `default_duration` (`--lease-duration`).
 pub async fn members(
     api: &Api<Lease>,
     liveness: &Mutex<Liveness>,
+    default_duration: std::time::Duration,
 ) -> Result<Vec<Member>, kube::Error> {
+    let default_secs = i32::try_from(default_duration.as_secs()).unwrap_or(i32::MAX);
     let leases = api
         .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true")))
         .await?;
@@ -106,7 +109,7 @@ pub async fn members(
         .filter_map(|l| {
             let name = l.metadata.name.clone()?;
             let spec = l.spec?;
-            let record = lease_record(&spec, 15)?;
+            let record = lease_record(&spec, default_secs)?;
             let live = liveness.observe(&name, record.clone(), now);
             let annotations = l.metadata.annotations.unwrap_or_default();
             let generation = |key: &str| {
