@@ -71,18 +71,17 @@ pub fn tokio_rate_limiter(per_second: NonZeroU32, burst: NonZeroU32) -> TokioRat
     RateLimiter::direct_with_clock(quota, TokioClock::default())
 }
 
-/// How long until `limiter` has a cell, if it has none now.
-pub fn wait_for_cell(limiter: &TokioRateLimiter, clock: &TokioClock) -> Option<Duration> {
+/// How long until `limiter` has a cell, if it has none now (taking it if it has one).
+pub fn wait_for_cell(limiter: &TokioRateLimiter) -> Option<Duration> {
     limiter
         .check()
         .err()
-        .map(|not_until| not_until.wait_time_from(clock.now()))
+        .map(|not_until| not_until.wait_time_from(limiter.clock().now()))
 }
 
 /// The shared write budget; see the module doc.
 pub struct PriorityLimiter {
     rate: TokioRateLimiter,
-    clock: TokioClock,
     /// Waiters per priority (a guard decrements it, also when a waiting write is dropped).
     waiting: [AtomicUsize; PRIORITIES],
     /// One waiter per priority asks the rate limiter at a time, in arrival order.
@@ -97,7 +96,6 @@ pub type WriteLimiter = Arc<PriorityLimiter>;
 pub fn write_limiter(max_per_second: NonZeroU32, burst: NonZeroU32) -> WriteLimiter {
     Arc::new(PriorityLimiter {
         rate: tokio_rate_limiter(max_per_second, burst),
-        clock: TokioClock::default(),
         waiting: Default::default(),
         lanes: Default::default(),
         left: Notify::new(),
@@ -131,7 +129,7 @@ impl PriorityLimiter {
                 let _ = tokio::time::timeout(RECHECK, left).await;
                 continue;
             }
-            match wait_for_cell(&self.rate, &self.clock) {
+            match wait_for_cell(&self.rate) {
                 None => return started.elapsed(),
                 Some(wait) => tokio::time::sleep(wait).await,
             }

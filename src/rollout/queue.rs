@@ -22,8 +22,7 @@ use tracing::{Instrument, Span, debug, warn};
 use crate::model::WorkloadKey;
 
 use super::limiter::{
-    TokioClock, TokioRateLimiter, TurnPriority, WriteLimiter, tokio_rate_limiter, wait_for_cell,
-    write_limiter,
+    TokioRateLimiter, TurnPriority, WriteLimiter, tokio_rate_limiter, wait_for_cell, write_limiter,
 };
 use super::scheduler::{
     Coalesce, Completion, Dispatch, Priority, QueueStats, Scheduler, SchedulerSettings,
@@ -260,7 +259,6 @@ struct Inner<W, O> {
     /// asked first: a quiet tenant's write would queue behind 32 noisy ones there. Paced, writes
     /// wait in the scheduler, where tenants take turns, and the limiter stays the outer bound.
     pacer: TokioRateLimiter,
-    clock: TokioClock,
 }
 
 /// The scheduler's clock: tokio's, so that tests with `tokio::time::pause` drive it.
@@ -314,7 +312,6 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
             tenants,
             settings,
             pacer,
-            clock: TokioClock::default(),
         });
         tokio::spawn(dispatch(Arc::downgrade(&inner), wake));
         Self { inner }
@@ -412,7 +409,7 @@ fn start_ready<W: WorkloadWriter, O: QueueObserver>(inner: &Arc<Inner<W, O>>) ->
         let mut started = Vec::new();
         let mut paced_until = None;
         while scheduler.has_ready(now) {
-            if let Some(wait) = wait_for_cell(&inner.pacer, &inner.clock) {
+            if let Some(wait) = wait_for_cell(&inner.pacer) {
                 paced_until = Some(now + wait);
                 break;
             }
