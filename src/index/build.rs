@@ -13,6 +13,7 @@ use crate::policy::{NamePattern, ReloadPolicy};
 use crate::references::config_uses;
 use crate::rollout::template::recorded_hash;
 
+use super::wire::WorkloadObject;
 use super::{IndexedUse, WorkloadEntry};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,15 +49,27 @@ pub fn workload_entry(
         return Err(BuildError::NoIdentity);
     };
     let metadata = string_map(object.pointer("/metadata/annotations"));
-    entry_from_parts(kind, namespace, name, &metadata, object, keys)
+    let template = object
+        .pointer(kind.pod_template_pointer())
+        .map(PodTemplateSpec::deserialize)
+        .transpose()?
+        .unwrap_or_default();
+    let paused = object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
+    let workload = Workload {
+        kind,
+        namespace,
+        name,
+        annotations: &metadata,
+        template,
+        paused,
+    };
+    entry_from_parts(workload, keys)
 }
 
-/// Builds the entry of a workload as the watchers receive it: the typed metadata and the rest
-/// of the object, read in place (turning the whole object back into one JSON value first cost
-/// a fifth of the start-up's CPU).
-pub fn workload_entry_from_dynamic(
+/// Builds the entry of a workload as the watchers receive it (see [`super::wire`]).
+pub fn workload_entry_from_object(
     kind: WorkloadKind,
-    object: &kube::api::DynamicObject,
+    object: &WorkloadObject,
     keys: &AnnotationKeys,
 ) -> Result<WorkloadEntry, BuildError> {
     let meta = &object.metadata;
@@ -64,25 +77,45 @@ pub fn workload_entry_from_dynamic(
         return Err(BuildError::NoIdentity);
     };
     let empty = BTreeMap::new();
-    let metadata = meta.annotations.as_ref().unwrap_or(&empty);
-    entry_from_parts(kind, namespace, name, metadata, &object.data, keys)
-}
-
-/// `body` holds `spec` at its top level (the whole object, or a DynamicObject's data).
-fn entry_from_parts(
-    kind: WorkloadKind,
-    namespace: &str,
-    name: &str,
-    metadata: &BTreeMap<String, String>,
-    body: &Value,
-    keys: &AnnotationKeys,
-) -> Result<WorkloadEntry, BuildError> {
-    let key = WorkloadKey::interned(kind, namespace, name);
-    let template: PodTemplateSpec = body
-        .pointer(kind.pod_template_pointer())
-        .map(PodTemplateSpec::deserialize)
+    let template = object
+        .pod_template_json(kind)
+        .map(serde_json::from_str::<PodTemplateSpec>)
         .transpose()?
         .unwrap_or_default();
+    let workload = Workload {
+        kind,
+        namespace,
+        name,
+        annotations: meta.annotations.as_ref().unwrap_or(&empty),
+        template,
+        paused: object.paused(),
+    };
+    entry_from_parts(workload, keys)
+}
+
+/// What an entry is built from, however the workload was decoded.
+struct Workload<'a> {
+    kind: WorkloadKind,
+    namespace: &'a str,
+    name: &'a str,
+    annotations: &'a BTreeMap<String, String>,
+    template: PodTemplateSpec,
+    paused: bool,
+}
+
+fn entry_from_parts(
+    workload: Workload<'_>,
+    keys: &AnnotationKeys,
+) -> Result<WorkloadEntry, BuildError> {
+    let Workload {
+        kind,
+        namespace,
+        name,
+        annotations: metadata,
+        template,
+        paused,
+    } = workload;
+    let key = WorkloadKey::interned(kind, namespace, name);
     let template_annotations = template
         .metadata
         .as_ref()
@@ -130,7 +163,6 @@ fn entry_from_parts(
         .get(&keys.paused_at)
         .and_then(|v| v.parse::<jiff::Timestamp>().ok())
         .map(|t| t.as_second());
-    let paused = body.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
     Ok(WorkloadEntry {
         key,
         policy: policy.shared(),
@@ -163,14 +195,12 @@ mod tests {
             }]}}}
         });
         let e = workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap();
-        // The watchers' path reads the same object in its typed-metadata form.
-        let dynamic: kube::api::DynamicObject = serde_json::from_value(obj.clone()).unwrap();
-        let d = workload_entry_from_dynamic(
-            WorkloadKind::Deployment,
-            &dynamic,
-            &AnnotationKeys::default(),
-        )
-        .unwrap();
+        // The watchers' path reads the same object in its wire form.
+        let wire: super::super::wire::WorkloadObject =
+            serde_json::from_str(&obj.to_string()).unwrap();
+        let d =
+            workload_entry_from_object(WorkloadKind::Deployment, &wire, &AnnotationKeys::default())
+                .unwrap();
         assert_eq!(
             (&d.key, &d.uses, d.paused, d.paused_at),
             (&e.key, &e.uses, e.paused, e.paused_at)

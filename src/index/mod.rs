@@ -10,8 +10,10 @@
 mod build;
 mod entry;
 mod users;
+mod wire;
 
-pub use build::{BuildError, workload_entry, workload_entry_from_dynamic};
+pub use build::{BuildError, workload_entry, workload_entry_from_object};
+pub use wire::WorkloadObject;
 
 pub use entry::{ConfigState, IndexedUse, WorkloadEntry};
 use users::Users;

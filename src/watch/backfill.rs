@@ -11,6 +11,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
+
+use crate::index::WorkloadObject;
 use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
@@ -93,7 +95,7 @@ impl WatchContext {
                 .filter(|k| self.settings.handles_workload(*k))
             {
                 let ar = api_resource(kind);
-                let api: Api<DynamicObject> = match target {
+                let api: Api<WorkloadObject> = match target {
                     Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                     None => Api::all_with(self.client.clone(), &ar),
                 };
@@ -103,7 +105,7 @@ impl WatchContext {
                     kind.as_str(),
                     *target,
                     wanted,
-                    |obj: DynamicObject| async move {
+                    |obj: WorkloadObject| async move {
                         if obj
                             .metadata
                             .namespace

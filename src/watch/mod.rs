@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
-use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -291,11 +290,10 @@ where
 }
 
 /// One API per watch stream, for a resource known at run time.
-fn dynamic_apis(
-    client: &Client,
-    scope: &NamespaceScope,
-    ar: &ApiResource,
-) -> Vec<Api<DynamicObject>> {
+fn dynamic_apis<K>(client: &Client, scope: &NamespaceScope, ar: &ApiResource) -> Vec<Api<K>>
+where
+    K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
     let api = |ns: Option<String>| match ns {
         Some(ns) => Api::namespaced_with(client.clone(), &ns, ar),
         None => Api::all_with(client.clone(), ar),

@@ -4,13 +4,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::engine::Phase;
-use crate::index::workload_entry_from_dynamic;
+use crate::index::{WorkloadObject, workload_entry_from_object};
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
 use crate::telemetry::events::workload_reference;
@@ -71,14 +70,14 @@ struct WorkloadVerbs {
     kind: WorkloadKind,
 }
 
-impl IndexVerbs<DynamicObject> for WorkloadVerbs {
+impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
     type Key = WorkloadKey;
 
-    async fn apply(&mut self, obj: DynamicObject, _phase: Phase) -> Option<WorkloadKey> {
+    async fn apply(&mut self, obj: WorkloadObject, _phase: Phase) -> Option<WorkloadKey> {
         self.ctx.apply_workload(self.kind, obj).await
     }
 
-    async fn delete(&mut self, obj: DynamicObject) {
+    async fn delete(&mut self, obj: WorkloadObject) {
         let meta = &obj.metadata;
         if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
             let key = WorkloadKey::new(self.kind, ns, name);
@@ -103,13 +102,13 @@ impl WatchContext {
     pub(crate) async fn apply_workload(
         &self,
         kind: WorkloadKind,
-        obj: DynamicObject,
+        obj: WorkloadObject,
     ) -> Option<WorkloadKey> {
         let ns = obj.metadata.namespace.as_deref()?;
         if !self.ownership.owns(ns) {
             return None;
         }
-        let entry = match workload_entry_from_dynamic(kind, &obj, &self.settings.keys) {
+        let entry = match workload_entry_from_object(kind, &obj, &self.settings.keys) {
             Ok(e) => e,
             Err(e) => {
                 warn!(kind = kind.as_str(), error = %e, "workload skipped");

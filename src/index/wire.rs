@@ -1,0 +1,232 @@
+//! A workload as the watches and the backfill decode it: what the index reads and nothing else.
+//!
+//! Decoded as a `DynamicObject`, every workload became a JSON tree of its whole spec, status and
+//! managedFields, and its pod template was then decoded a second time from that tree. Here the
+//! reader skips what the index never reads (managedFields, status, the rest of the spec) without
+//! building it, and keeps the pod template as its raw JSON text, parsed once by
+//! [`super::build`]. The template stays raw rather than typed so that one object whose template
+//! does not fit `PodTemplateSpec` (a custom resource may hold `cpu: 1` as a number) is skipped
+//! with a warning, as before, instead of failing the decoding of the whole list or watch event.
+//! A raw value is read only straight from the bytes, which holds for LIST pages and for watch
+//! events whose `type` precedes their `object`, the order kube-apiserver writes them in.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use crate::model::WorkloadKind;
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct WorkloadObject {
+    #[serde(deserialize_with = "metadata_without_managed_fields")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<WorkloadSpec>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WorkloadSpec {
+    /// Any JSON: only `true` means paused, as before.
+    #[serde(default)]
+    paused: Option<serde_json::Value>,
+    #[serde(default)]
+    template: Option<Box<RawValue>>,
+    #[serde(default)]
+    job_template: Option<JobTemplate>,
+}
+
+/// A CronJob's `spec.jobTemplate`: the pod template sits at `spec.template` inside it.
+#[derive(Clone, Debug, Default, Deserialize)]
+struct JobTemplate {
+    #[serde(default)]
+    spec: Option<JobTemplateSpec>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct JobTemplateSpec {
+    #[serde(default)]
+    template: Option<Box<RawValue>>,
+}
+
+impl WorkloadObject {
+    /// The pod template's JSON text, where `kind` keeps it (a CronJob's is one level deeper).
+    pub fn pod_template_json(&self, kind: WorkloadKind) -> Option<&str> {
+        let spec = self.spec.as_ref()?;
+        let raw = match kind {
+            WorkloadKind::CronJob => spec.job_template.as_ref()?.spec.as_ref()?.template.as_ref(),
+            _ => spec.template.as_ref(),
+        }?;
+        Some(raw.get()).filter(|text| *text != "null")
+    }
+
+    /// `spec.paused` is `true` (Deployments, Argo Rollouts, DeploymentConfigs).
+    pub fn paused(&self) -> bool {
+        let paused = self.spec.as_ref().and_then(|s| s.paused.as_ref());
+        paused.and_then(serde_json::Value::as_bool) == Some(true)
+    }
+}
+
+impl Resource for WorkloadObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// `ObjectMeta` without `managedFields`: at 3 KiB a Deployment, managedFields are often the
+/// largest part of the metadata, and nothing here reads them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetadataWithoutManagedFields {
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ObjectMeta, D::Error> {
+    let m = MetadataWithoutManagedFields::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::{ObjectList, WatchEvent};
+
+    fn deployment() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "annotations": {"reloader.stakater.com/auto": "true"},
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {
+                "replicas": 2, "paused": true,
+                "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": 1}}}]}}
+            },
+            "status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True"}]}
+        })
+    }
+
+    fn decode(json: serde_json::Value) -> WorkloadObject {
+        serde_json::from_str(&json.to_string()).unwrap()
+    }
+
+    #[test]
+    fn reads_metadata_paused_and_the_template_text_and_drops_managed_fields() {
+        let w = decode(deployment());
+        assert_eq!(w.metadata.name.as_deref(), Some("web"));
+        assert_eq!(w.metadata.resource_version.as_deref(), Some("7"));
+        assert!(w.metadata.managed_fields.is_none());
+        assert!(w.paused());
+        let template = w.pod_template_json(WorkloadKind::Deployment).unwrap();
+        assert!(template.contains(r#""cpu":1"#), "{template}");
+        assert_eq!(w.pod_template_json(WorkloadKind::CronJob), None);
+    }
+
+    #[test]
+    fn a_cronjob_template_is_one_level_deeper_and_null_is_none() {
+        let cj = decode(serde_json::json!({
+            "metadata": {"name": "cj", "namespace": "ns"},
+            "spec": {"jobTemplate": {"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}}}
+        }));
+        assert!(
+            cj.pod_template_json(WorkloadKind::CronJob)
+                .unwrap()
+                .contains("labels")
+        );
+        let none = decode(serde_json::json!({
+            "metadata": {"name": "x"}, "spec": {"template": null, "paused": "yes"}
+        }));
+        assert_eq!(none.pod_template_json(WorkloadKind::Deployment), None);
+        assert!(!none.paused());
+    }
+
+    /// The two envelopes kube decodes workloads in: a watch event (also a streaming list's
+    /// events) and a LIST page. The raw template must survive both. A raw value cannot be read
+    /// from serde's buffered content, so a watch event must name its `type` before its `object`
+    /// (as kube-apiserver writes them: otherwise serde buffers the object to find the variant).
+    #[test]
+    fn decodes_inside_watch_events_and_list_pages() {
+        let event = format!(r#"{{"type":"ADDED","object":{}}}"#, deployment());
+        let WatchEvent::Added(w) =
+            serde_json::from_str::<WatchEvent<WorkloadObject>>(&event).unwrap()
+        else {
+            panic!("not an ADDED event");
+        };
+        assert!(w.pod_template_json(WorkloadKind::Deployment).is_some());
+        let page = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "DeploymentList",
+            "metadata": {"resourceVersion": "9"}, "items": [deployment()]
+        })
+        .to_string();
+        let list: ObjectList<WorkloadObject> = serde_json::from_str(&page).unwrap();
+        assert_eq!(list.items.len(), 1);
+        assert!(
+            list.items[0]
+                .pod_template_json(WorkloadKind::Deployment)
+                .is_some()
+        );
+    }
+}
