@@ -5,6 +5,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -25,6 +26,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Test timings: short Leases so failover fits in a test (the defaults are Reloader's 15/10/2 s).
 const LEASE: Duration = Duration::from_secs(4);
+/// How long a crashed replica's namespaces may go unserved: its Lease runs out, the leader
+/// notices within a retry period or two, and the new owner lists what it gained.
+const FAILOVER: Duration = Duration::from_secs(LEASE.as_secs() + 2 + 6);
 const SHARD_FLAGS: [&str; 3] = [
     "--lease-duration=4s",
     "--renew-deadline=3s",
@@ -402,39 +406,103 @@ async fn workloads(fleet: &Fleet, n: usize) {
         .await;
 }
 
-/// Records every pod-template change of the fleet's Deployments: namespace -> recorded hashes.
-fn record_rollouts(
-    fleet: &Fleet,
-) -> std::sync::Arc<std::sync::Mutex<HashMap<String, Vec<String>>>> {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(HashMap::<String, Vec<String>>::new()));
-    let api: Api<Deployment> = Api::all(fleet.client.clone());
-    let config = watcher::Config::default().labels(&format!("kr-shard-run={}", fleet.run));
-    let sink = seen.clone();
-    tokio::spawn(async move {
-        let mut last: HashMap<String, Option<String>> = HashMap::new();
-        let mut stream = watcher(api, config).applied_objects().boxed();
-        while let Some(Ok(d)) = stream.next().await {
-            let ns = d.metadata.namespace.clone().unwrap();
-            let value = serde_json::to_value(&d).unwrap();
-            let recorded = value
-                .pointer(
-                    "/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from",
-                )
-                .and_then(|v| v.as_str())
-                .map(String::from);
-            let previous = last.insert(ns.clone(), recorded.clone());
-            if recorded.is_some() && previous.as_ref() != Some(&recorded) {
-                // A template write, with its observedAt: the same hash twice is a duplicate rollout.
-                let hash = serde_json::from_str::<serde_json::Value>(recorded.as_deref().unwrap())
-                    .unwrap()["hash"]
-                    .as_str()
-                    .unwrap()
-                    .to_string();
-                sink.lock().unwrap().entry(ns).or_default().push(hash);
+/// Every pod-template change of the fleet's Deployments: namespace -> the hashes recorded, in
+/// the order they were written.
+#[derive(Clone)]
+struct Rollouts(Arc<Mutex<HashMap<String, Vec<String>>>>);
+
+impl Rollouts {
+    fn record(fleet: &Fleet) -> Rollouts {
+        let seen = Rollouts(Arc::default());
+        let api: Api<Deployment> = Api::all(fleet.client.clone());
+        let config = watcher::Config::default().labels(&format!("kr-shard-run={}", fleet.run));
+        let sink = seen.clone();
+        tokio::spawn(async move {
+            let mut last: HashMap<String, Option<String>> = HashMap::new();
+            let mut stream = watcher(api, config).applied_objects().boxed();
+            while let Some(Ok(d)) = stream.next().await {
+                let ns = d.metadata.namespace.clone().unwrap();
+                let recorded = last_reloaded_from(&d);
+                let previous = last.insert(ns.clone(), recorded.clone());
+                // A template write changes the annotation (its observedAt at least): the same
+                // hash twice in a row is a duplicate rollout.
+                if let Some(annotation) =
+                    recorded.filter(|r| previous.as_ref() != Some(&Some(r.clone())))
+                {
+                    sink.0
+                        .lock()
+                        .unwrap()
+                        .entry(ns)
+                        .or_default()
+                        .push(hash_of(&annotation));
+                }
             }
+        });
+        seen
+    }
+
+    fn snapshot(&self) -> HashMap<String, Vec<String>> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits until every namespace of `namespaces` has had a rollout to `hash`.
+    async fn wait_rolled_to(
+        &self,
+        what: &str,
+        namespaces: &[String],
+        hash: &str,
+        within: Duration,
+    ) {
+        wait_for(what, within, || async {
+            let seen = self.snapshot();
+            let missing: Vec<&String> = namespaces
+                .iter()
+                .filter(|ns| !seen.get(*ns).is_some_and(|h| h.iter().any(|x| x == hash)))
+                .collect();
+            missing.is_empty().then_some(()).ok_or(format!(
+                "{}/{} not rolled: {missing:?}",
+                missing.len(),
+                namespaces.len()
+            ))
+        })
+        .await;
+    }
+
+    /// No config change rolled a workload twice in a row (a duplicate rollout). Waits a moment
+    /// first, so that a late duplicate write has time to show.
+    async fn assert_no_duplicate(&self) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for (ns, hashes) in self.snapshot() {
+            let mut dedup = hashes.clone();
+            dedup.dedup();
+            assert_eq!(
+                dedup, hashes,
+                "{ns}: a config change rolled the workload twice"
+            );
         }
-    });
-    seen
+    }
+}
+
+/// A Deployment's `last-reloaded-from` template annotation, if it has one.
+fn last_reloaded_from(d: &Deployment) -> Option<String> {
+    let annotations = d.spec.template.metadata.as_ref()?.annotations.as_ref()?;
+    annotations
+        .get("reloader.stakater.com/last-reloaded-from")
+        .cloned()
+}
+
+/// The `hash` that annotation records.
+fn hash_of(annotation: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(annotation).unwrap();
+    value["hash"].as_str().unwrap().to_string()
+}
+
+/// Changes `cfg` in each namespace to `value`; returns the hash the workloads will record.
+async fn change_all(fleet: &Fleet, namespaces: &[String], value: &str) -> String {
+    for ns in namespaces {
+        change(fleet, ns, value).await;
+    }
+    configmap_hash(&[("v", value)])
 }
 
 async fn change(fleet: &Fleet, ns: &str, value: &str) {
@@ -454,7 +522,7 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
     let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-crash", 24).await;
     workloads(&fleet, 24).await;
-    let rollouts = record_rollouts(&fleet);
+    let rollouts = Rollouts::record(&fleet);
     let mut replicas = BTreeMap::new();
     for name in ["r0", "r1", "r2"] {
         replicas.insert(
@@ -474,28 +542,15 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
     )
     .await;
     // A first change everywhere, so every workload records a hash.
-    for ns in &fleet.namespaces {
-        change(&fleet, ns, "1").await;
-    }
-    let h1 = configmap_hash(&[("v", "1")]);
-    wait_for(
-        "every workload reloaded once",
-        Duration::from_secs(60),
-        || async {
-            let seen = rollouts.lock().unwrap().clone();
-            let done = fleet
-                .namespaces
-                .iter()
-                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h1)))
-                .count();
-            if done == 24 {
-                Ok(())
-            } else {
-                Err(format!("{done}/24"))
-            }
-        },
-    )
-    .await;
+    let h1 = change_all(&fleet, &fleet.namespaces, "1").await;
+    rollouts
+        .wait_rolled_to(
+            "every workload reloaded once",
+            &fleet.namespaces,
+            &h1,
+            Duration::from_secs(60),
+        )
+        .await;
 
     // Crash the replica that owns the most namespaces (not necessarily the leader).
     let victim = ["r0", "r1", "r2"]
@@ -517,41 +572,16 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
     let crashed_at = Instant::now();
     replicas.remove(victim).unwrap().crash();
     // Changes in the gap, while nobody serves these namespaces.
-    for ns in &orphaned {
-        change(&fleet, ns, "2").await;
-    }
-    let h2 = configmap_hash(&[("v", "2")]);
-    wait_for(
-        "the orphaned namespaces reloaded",
-        LEASE + Duration::from_secs(2) + Duration::from_secs(6),
-        || async {
-            let seen = rollouts.lock().unwrap().clone();
-            let done = orphaned
-                .iter()
-                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h2)))
-                .count();
-            if done == orphaned.len() {
-                Ok(())
-            } else {
-                Err(format!("{done}/{}", orphaned.len()))
-            }
-        },
-    )
-    .await;
+    let h2 = change_all(&fleet, &orphaned, "2").await;
+    rollouts
+        .wait_rolled_to("the orphaned namespaces reloaded", &orphaned, &h2, FAILOVER)
+        .await;
     eprintln!(
         "{} orphaned namespaces of {victim} served again after {:?}",
         orphaned.len(),
         crashed_at.elapsed()
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for (ns, hashes) in rollouts.lock().unwrap().iter() {
-        let mut dedup = hashes.clone();
-        dedup.dedup();
-        assert_eq!(
-            &dedup, hashes,
-            "{ns}: a config change rolled the workload twice: {hashes:?}"
-        );
-    }
+    rollouts.assert_no_duplicate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,7 +589,7 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
     let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-scale", 30).await;
     workloads(&fleet, 30).await;
-    let rollouts = record_rollouts(&fleet);
+    let rollouts = Rollouts::record(&fleet);
     let r0 = fleet
         .replica("r0", &["--reload-strategy=annotations"])
         .await;
@@ -626,7 +656,7 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
         "every workload on its last config value",
         Duration::from_secs(60),
         || async {
-            let seen = rollouts.lock().unwrap().clone();
+            let seen = rollouts.snapshot();
             let stale: Vec<&String> = last
                 .iter()
                 .filter(|(ns, v)| {
@@ -644,14 +674,9 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
     )
     .await;
     // ...and no config change rolled a workload twice.
-    let seen = rollouts.lock().unwrap().clone();
+    rollouts.assert_no_duplicate().await;
+    let seen = rollouts.snapshot();
     let total: usize = seen.values().map(Vec::len).sum();
-    // No config change rolls a workload twice in a row (a duplicate rollout).
-    for (ns, hashes) in &seen {
-        let mut dedup = hashes.clone();
-        dedup.dedup();
-        assert_eq!(&dedup, hashes, "{ns}: duplicate rollout");
-    }
     // No workload goes back to an older hash (A, B, A): during a handover a write waits while
     // its replica's view of the config is behind the API server (src/rollout/config_view.rs).
     let rewrites: Vec<(&String, &Vec<String>)> = seen
@@ -701,7 +726,7 @@ async fn a_paused_replica_writes_nothing_for_namespaces_it_lost() {
     let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-pause", 24).await;
     workloads(&fleet, 24).await;
-    let rollouts = record_rollouts(&fleet);
+    let rollouts = Rollouts::record(&fleet);
     let mut replicas = BTreeMap::new();
     for name in ["r0", "r1", "r2"] {
         replicas.insert(
@@ -759,7 +784,7 @@ async fn a_paused_replica_writes_nothing_for_namespaces_it_lost() {
         "every workload on the last value",
         Duration::from_secs(60),
         || async {
-            let seen = rollouts.lock().unwrap().clone();
+            let seen = rollouts.snapshot();
             let done = fleet
                 .namespaces
                 .iter()
@@ -773,11 +798,7 @@ async fn a_paused_replica_writes_nothing_for_namespaces_it_lost() {
         },
     )
     .await;
-    for (ns, hashes) in rollouts.lock().unwrap().iter() {
-        let mut dedup = hashes.clone();
-        dedup.dedup();
-        assert_eq!(&dedup, hashes, "{ns}: duplicate rollout");
-    }
+    rollouts.assert_no_duplicate().await;
     // It noticed it had been dead and re-read the assignment before writing again.
     let logs = replicas[paused].logs();
     assert!(
@@ -827,7 +848,7 @@ async fn skewed_clocks_neither_kill_a_live_replica_nor_keep_a_dead_one() {
     let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-skew", 24).await;
     workloads(&fleet, 24).await;
-    let rollouts = record_rollouts(&fleet);
+    let rollouts = Rollouts::record(&fleet);
     let mut replicas = BTreeMap::new();
     replicas.insert("ahead", skewed_replica(&fleet, "ahead", "+30s").await);
     replicas.insert("behind", skewed_replica(&fleet, "behind", "-30s").await);
@@ -859,24 +880,15 @@ async fn skewed_clocks_neither_kill_a_live_replica_nor_keep_a_dead_one() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    for ns in &fleet.namespaces {
-        change(&fleet, ns, "1").await;
-    }
-    let h1 = configmap_hash(&[("v", "1")]);
-    wait_for(
-        "every workload reloaded",
-        Duration::from_secs(60),
-        || async {
-            let seen = rollouts.lock().unwrap().clone();
-            let done = fleet
-                .namespaces
-                .iter()
-                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h1)))
-                .count();
-            (done == 24).then_some(()).ok_or(format!("{done}/24"))
-        },
-    )
-    .await;
+    let h1 = change_all(&fleet, &fleet.namespaces, "1").await;
+    rollouts
+        .wait_rolled_to(
+            "every workload reloaded",
+            &fleet.namespaces,
+            &h1,
+            Duration::from_secs(60),
+        )
+        .await;
 
     // The replica whose clock runs ahead crashes: its last renewTime lies 30 s in the future.
     let orphaned: Vec<String> = fleet
@@ -887,37 +899,22 @@ async fn skewed_clocks_neither_kill_a_live_replica_nor_keep_a_dead_one() {
         .collect();
     assert!(!orphaned.is_empty(), "the split gave 'ahead' nothing");
     replicas.remove("ahead").unwrap().crash();
-    for ns in &orphaned {
-        change(&fleet, ns, "2").await;
-    }
-    let h2 = configmap_hash(&[("v", "2")]);
+    let h2 = change_all(&fleet, &orphaned, "2").await;
     let crashed_at = Instant::now();
-    wait_for(
-        "the crashed replica's namespaces reloaded",
-        LEASE + Duration::from_secs(2) + Duration::from_secs(6),
-        || async {
-            let seen = rollouts.lock().unwrap().clone();
-            let done = orphaned
-                .iter()
-                .filter(|ns| seen.get(*ns).is_some_and(|h| h.contains(&h2)))
-                .count();
-            (done == orphaned.len())
-                .then_some(())
-                .ok_or(format!("{done}/{}", orphaned.len()))
-        },
-    )
-    .await;
+    rollouts
+        .wait_rolled_to(
+            "the crashed replica's namespaces reloaded",
+            &orphaned,
+            &h2,
+            FAILOVER,
+        )
+        .await;
     eprintln!(
         "{} namespaces of the crashed replica served again after {:?}",
         orphaned.len(),
         crashed_at.elapsed()
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for (ns, hashes) in rollouts.lock().unwrap().iter() {
-        let mut dedup = hashes.clone();
-        dedup.dedup();
-        assert_eq!(&dedup, hashes, "{ns}: a change rolled the workload twice");
-    }
+    rollouts.assert_no_duplicate().await;
 }
 
 /// A handover whose backfill LIST fails (real HTTP 500s from a proxy in front of the API server
@@ -929,7 +926,7 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
     let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-listfail", 12).await;
     workloads(&fleet, 12).await;
-    let rollouts = record_rollouts(&fleet);
+    let rollouts = Rollouts::record(&fleet);
     let r0 = fleet
         .replica("r0", &["--reload-strategy=annotations"])
         .await;
@@ -977,29 +974,17 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
     .unwrap_or(0.0);
     assert!(retried >= 1.0, "no retried backfill list counted");
 
-    for ns in &fleet.namespaces {
-        change(&fleet, ns, "1").await;
-    }
-    let h1 = configmap_hash(&[("v", "1")]);
-    wait_for(
-        "every workload reloaded",
-        Duration::from_secs(60),
-        || async {
-            let seen = rollouts.lock().unwrap().clone();
-            let missing: Vec<&String> = fleet
-                .namespaces
-                .iter()
-                .filter(|ns| !seen.get(*ns).is_some_and(|h| h.contains(&h1)))
-                .collect();
-            missing
-                .is_empty()
-                .then_some(())
-                .ok_or(format!("not reloaded: {missing:?}"))
-        },
-    )
-    .await;
+    let h1 = change_all(&fleet, &fleet.namespaces, "1").await;
+    rollouts
+        .wait_rolled_to(
+            "every workload reloaded",
+            &fleet.namespaces,
+            &h1,
+            Duration::from_secs(60),
+        )
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    for (ns, hashes) in rollouts.lock().unwrap().iter() {
+    for (ns, hashes) in rollouts.snapshot() {
         assert_eq!(hashes.len(), 1, "{ns}: rolled {hashes:?}");
     }
 }
