@@ -785,16 +785,20 @@ async fn a_paused_replica_writes_nothing_for_namespaces_it_lost() {
         Duration::from_secs(60),
         || async {
             let seen = rollouts.snapshot();
-            let done = fleet
+            // Behind: namespace, its owner before the pause, and the last hashes it was rolled to.
+            let behind: Vec<(&String, Option<&str>, Vec<&String>)> = fleet
                 .namespaces
                 .iter()
-                .filter(|ns| seen.get(*ns).and_then(|x| x.last()) == Some(&h))
-                .count();
-            if done == 24 {
-                Ok(())
-            } else {
-                Err(format!("{done}/24"))
-            }
+                .filter(|ns| seen.get(*ns).and_then(|x| x.last()) != Some(&h))
+                .map(|ns| {
+                    let rolled = seen.get(ns).map(|x| x.iter().rev().take(3).collect());
+                    (ns, before.owner(ns), rolled.unwrap_or_default())
+                })
+                .collect();
+            behind.is_empty().then_some(()).ok_or(format!(
+                "{} of 24 not on {h} (paused: {paused}): {behind:?}",
+                behind.len()
+            ))
         },
     )
     .await;
