@@ -468,6 +468,15 @@ impl Rollouts {
         .await;
     }
 
+    /// Changes `cfg` in every namespace of the fleet to `value` and waits (60 s at most) until
+    /// every workload was rolled to it.
+    async fn change_everywhere_and_wait(&self, fleet: &Fleet, value: &str) {
+        let hash = change_all(fleet, &fleet.namespaces, value).await;
+        let what = format!("every workload reloaded to {value}");
+        self.wait_rolled_to(&what, &fleet.namespaces, &hash, Duration::from_secs(60))
+            .await;
+    }
+
     /// No config change rolled a workload twice in a row (a duplicate rollout). Waits a moment
     /// first, so that a late duplicate write has time to show.
     async fn assert_no_duplicate(&self) {
@@ -542,15 +551,7 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
     )
     .await;
     // A first change everywhere, so every workload records a hash.
-    let h1 = change_all(&fleet, &fleet.namespaces, "1").await;
-    rollouts
-        .wait_rolled_to(
-            "every workload reloaded once",
-            &fleet.namespaces,
-            &h1,
-            Duration::from_secs(60),
-        )
-        .await;
+    rollouts.change_everywhere_and_wait(&fleet, "1").await;
 
     // Crash the replica that owns the most namespaces (not necessarily the leader).
     let victim = ["r0", "r1", "r2"]
@@ -884,15 +885,7 @@ async fn skewed_clocks_neither_kill_a_live_replica_nor_keep_a_dead_one() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    let h1 = change_all(&fleet, &fleet.namespaces, "1").await;
-    rollouts
-        .wait_rolled_to(
-            "every workload reloaded",
-            &fleet.namespaces,
-            &h1,
-            Duration::from_secs(60),
-        )
-        .await;
+    rollouts.change_everywhere_and_wait(&fleet, "1").await;
 
     // The replica whose clock runs ahead crashes: its last renewTime lies 30 s in the future.
     let orphaned: Vec<String> = fleet
@@ -978,15 +971,7 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
     .unwrap_or(0.0);
     assert!(retried >= 1.0, "no retried backfill list counted");
 
-    let h1 = change_all(&fleet, &fleet.namespaces, "1").await;
-    rollouts
-        .wait_rolled_to(
-            "every workload reloaded",
-            &fleet.namespaces,
-            &h1,
-            Duration::from_secs(60),
-        )
-        .await;
+    rollouts.change_everywhere_and_wait(&fleet, "1").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     for (ns, hashes) in rollouts.snapshot() {
         assert_eq!(hashes.len(), 1, "{ns}: rolled {hashes:?}");
