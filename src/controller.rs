@@ -7,6 +7,8 @@ use anyhow::Context;
 use kube::Client;
 use tracing::{error, info, warn};
 
+use crate::access::review::allowed_in_scope;
+use crate::access::{AccessPlan, Fallback};
 use crate::alert::{AlertConfig, Alerter, ReloadWebhook};
 use crate::config::{Flags, Settings};
 use crate::digest::DigestPool;
@@ -18,13 +20,13 @@ use crate::rollout::{
     KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
 };
 use crate::shard::coordinator::{Coordinator, ShardError};
+use crate::shard::leader_lock::LeaderLock;
 use crate::shard::{Ownership, ShardState};
 use crate::telemetry::api_requests::CountRequestsLayer;
 use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
 use crate::watch::WatchContext;
-use crate::watch::access::allowed_in_scope;
 use crate::watch::{ShardLink, WatchError};
 
 /// What the API server (its audit log, its request logs) sees as the client.
@@ -106,9 +108,30 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
     let client = kube_client(&metrics).await?;
     detect_openshift(&client, &mut settings).await;
+    let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
+    settings.access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
+    metrics.set_access_fallbacks(
+        settings
+            .access
+            .active_fallbacks()
+            .into_iter()
+            .map(|f| f.metric_label()),
+    );
+    if settings.list_workloads {
+        warn!("--list-workloads: every workload kind is found by LIST, not watched");
+    }
+    // Active/standby on the leader Lease alone: one replica, unsharded, while it leads.
+    let leader_lock = match settings.access.uses(Fallback::LeaderLockOnly) {
+        true => settings
+            .shard
+            .take()
+            .map(|s| Arc::new(LeaderLock::new(client.clone(), s))),
+        false => None,
+    };
     let settings = Arc::new(settings);
     if let Some(meta_info) = meta_info {
-        meta_info.publish(&client).await;
+        let by_update = settings.access.uses(Fallback::MetaInfoByUpdate);
+        meta_info.publish(&client, by_update).await;
     }
     let pod_name = std::env::var("POD_NAME").ok();
 
@@ -119,8 +142,9 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let queue_settings = queue_settings(&settings);
     // One write budget for reloads, their Events and pause resumes.
     let limiter = write_limiter(queue_settings.max_per_second, queue_settings.burst);
-    let events =
-        EventSink::new(client.clone(), pod_name.clone()).gated(ownership.clone(), limiter.clone());
+    let events = EventSink::new(client.clone(), pod_name.clone())
+        .core_events(settings.access.uses(Fallback::CoreEvents))
+        .gated(ownership.clone(), limiter.clone());
     let pauses = PauseKeeper::new(
         client.clone(),
         ownership.clone(),
@@ -194,15 +218,85 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             }
         });
     }
+    let (leading, lead) = tokio::sync::watch::channel(leader_lock.is_none());
     let tasks = CriticalTasks {
-        watching: tokio::spawn(watches.run(shard_link)),
+        watching: tokio::spawn(async move {
+            // A standby starts nothing until it leads (as in Reloader).
+            let _ = lead.clone().wait_for(|leads| *leads).await;
+            watches.run(shard_link).await
+        }),
         admin_server,
-        coordinating: match &coordinator {
-            Some(c) => tokio::spawn(c.clone().run()),
-            None => tokio::spawn(std::future::pending()),
+        coordinating: match (&coordinator, &leader_lock) {
+            (Some(c), _) => tokio::spawn(c.clone().run()),
+            (None, Some(lock)) => tokio::spawn(lead_while_held(lock.clone(), leading)),
+            (None, None) => tokio::spawn(std::future::pending()),
         },
     };
-    supervise(tasks, coordinator, engine.queue()).await
+    let leaving = Leaving {
+        coordinator,
+        leader_lock,
+    };
+    supervise(tasks, leaving, engine.queue()).await
+}
+
+/// Acquires the leader Lease, lets the watches start, and holds it until it is lost.
+async fn lead_while_held(
+    lock: Arc<LeaderLock>,
+    leading: tokio::sync::watch::Sender<bool>,
+) -> Result<(), ShardError> {
+    lock.acquire().await;
+    leading.send_replace(true);
+    let lost = lock.hold().await;
+    Err(ShardError::LeaderLock(lost))
+}
+
+/// Reviews what this identity may do and decides the mode. A required rule missing is fatal,
+/// naming every such rule: a pod that is Ready and never reloads would go unnoticed.
+async fn review_access(
+    client: &Client,
+    settings: &Settings,
+    meta_namespace: Option<&str>,
+) -> anyhow::Result<AccessPlan> {
+    let requirements = crate::access::requirements(settings, meta_namespace);
+    let plan = match crate::access::review::review(client, &requirements).await {
+        Ok(plan) => plan,
+        Err(e) => {
+            warn!(error = %e, "could not review this identity's permissions; assuming all are granted");
+            return Ok(AccessPlan::full());
+        }
+    };
+    for fallback in plan.active_fallbacks() {
+        let rules: Vec<String> = plan
+            .fallbacks
+            .iter()
+            .filter(|(_, f)| *f == fallback)
+            .map(|(r, _)| r.to_string())
+            .collect();
+        warn!(
+            missing = rules.join("; "),
+            fallback = fallback.metric_label(),
+            cost = fallback.cost(),
+            "RBAC does not grant a permission kube-reloader prefers; falling back"
+        );
+    }
+    for (rule, lost) in &plan.lost {
+        warn!(missing = %rule, lost, "RBAC does not grant this permission: no {lost}");
+    }
+    if !plan.missing.is_empty() {
+        let rules: Vec<String> = plan.missing.iter().map(ToString::to_string).collect();
+        error!(
+            missing = rules.join("; "),
+            "RBAC does not grant what kube-reloader needs"
+        );
+        anyhow::bail!(
+            "RBAC does not grant what kube-reloader needs, and nothing can replace it: {}",
+            rules.join("; ")
+        );
+    }
+    if plan == AccessPlan::full() {
+        info!("RBAC grants every permission these settings use");
+    }
+    Ok(plan)
 }
 
 /// The client, with kube-reloader's User-Agent and every request counted in the metrics.
@@ -260,13 +354,23 @@ struct CriticalTasks {
     coordinating: tokio::task::JoinHandle<Result<(), ShardError>>,
 }
 
+/// What a replica leaves on shutdown: its place in the replica set, or the leader Lease.
+struct Leaving {
+    coordinator: Option<Arc<Coordinator>>,
+    leader_lock: Option<Arc<LeaderLock>>,
+}
+
 /// Runs until a critical task ends (an error: exit non-zero) or a shutdown signal (hand over,
 /// drain the queue, leave the replica set).
 async fn supervise<W: WorkloadWriter, O: QueueObserver>(
     tasks: CriticalTasks,
-    coordinator: Option<Arc<Coordinator>>,
+    leaving: Leaving,
     queue: &ReloadQueue<W, O>,
 ) -> anyhow::Result<()> {
+    let Leaving {
+        coordinator,
+        leader_lock,
+    } = leaving;
     let CriticalTasks {
         mut watching,
         mut admin_server,
@@ -303,6 +407,9 @@ async fn supervise<W: WorkloadWriter, O: QueueObserver>(
             coordinating.abort();
             if let Some(c) = &coordinator {
                 c.shutdown().await;
+            }
+            if let Some(lock) = &leader_lock {
+                lock.resign().await;
             }
         }
     }

@@ -2,6 +2,7 @@
 //! change. The data path, one module per stage:
 //! watch -> digest -> index -> decide -> rollout (queue, limiter, patch).
 
+pub mod access;
 pub mod alert;
 pub mod config;
 pub mod controller;

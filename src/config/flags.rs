@@ -193,4 +193,11 @@ pub struct Flags {
     /// Longest wait between retries of a failing write (Go duration).
     #[arg(long, default_value = "30s")]
     pub max_retry_backoff: String,
+
+    /// Find workloads by LIST instead of watching them: once at start, every 5 minutes, and in
+    /// a config's namespace before each change of it is decided (as Reloader does). Turned on
+    /// per kind by itself when RBAC grants list but not watch (Reloader's chart); this forces
+    /// it for every kind, to measure it.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub list_workloads: bool,
 }

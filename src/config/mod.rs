@@ -85,6 +85,10 @@ pub struct Settings {
     pub max_retry_backoff: Duration,
     /// Leases and shard assignment, with `--sharding` or `--enable-ha`.
     pub shard: Option<crate::shard::coordinator::ShardSettings>,
+    /// The fallbacks RBAC made necessary, found at start (`access::review`); none until then.
+    pub access: crate::access::AccessPlan,
+    /// `--list-workloads`: every workload kind is found by LIST, whatever RBAC allows.
+    pub list_workloads: bool,
 }
 
 impl Settings {
@@ -115,6 +119,17 @@ impl Settings {
             .map(|t| format!("type!={t}"))
             .collect();
         Some(clauses.join(","))
+    }
+
+    /// Workload kinds found by LIST rather than watched (RBAC, or `--list-workloads`).
+    pub fn listed_workload_kinds(&self) -> std::collections::BTreeSet<WorkloadKind> {
+        match self.list_workloads {
+            true => WorkloadKind::ALL
+                .into_iter()
+                .filter(|k| self.handles_workload(*k))
+                .collect(),
+            false => self.access.listed_kinds(),
+        }
     }
 
     pub fn namespace_ignored(&self, namespace: &str) -> bool {
@@ -235,6 +250,8 @@ impl TryFrom<Flags> for Settings {
             per_tenant_rate,
             max_retry_backoff,
             shard,
+            access: Default::default(),
+            list_workloads: f.list_workloads,
         })
     }
 }

@@ -71,6 +71,49 @@ pub struct LiveAnswer {
     /// The verdicts, when indexed (no container names or annotation sources: the index keeps
     /// neither the pod spec nor the raw annotations; `kube-reloader explain` shows them).
     pub explanation: Option<Explanation>,
+    pub access: AccessReport,
+}
+
+/// How this replica works around missing RBAC permissions (empty `fallbacks`: it does not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessReport {
+    /// How this workload's kind is found: `watch`, or `list` (RBAC grants no watch, or
+    /// `--list-workloads`): listed at start, every resync and before each config change.
+    pub workload_source: &'static str,
+    /// Each fallback in use: its name, the permissions missing and what it costs.
+    pub fallbacks: Vec<FallbackReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FallbackReport {
+    pub fallback: String,
+    pub missing: Vec<String>,
+    pub cost: &'static str,
+}
+
+fn access_report(settings: &Settings, kind: WorkloadKind) -> AccessReport {
+    let plan = &settings.access;
+    let fallbacks = plan
+        .active_fallbacks()
+        .into_iter()
+        .map(|f| FallbackReport {
+            fallback: f.metric_label(),
+            missing: plan
+                .fallbacks
+                .iter()
+                .filter(|(_, g)| *g == f)
+                .map(|(r, _)| r.to_string())
+                .collect(),
+            cost: f.cost(),
+        })
+        .collect();
+    let listed = settings.listed_workload_kinds().contains(&kind);
+    AccessReport {
+        workload_source: if listed { "list" } else { "watch" },
+        fallbacks,
+    }
 }
 
 /// Answers `/debug/explain` from the controller's own state.
@@ -163,6 +206,7 @@ impl LiveExplainer {
             shard: self.shard(namespace),
             queue: self.queue.queue_state(&key),
             explanation,
+            access: access_report(&self.settings, kind),
         }
     }
 }

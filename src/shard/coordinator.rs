@@ -38,6 +38,8 @@ pub enum ShardError {
     Ended(&'static str),
     #[error("a coordinator task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error("leadership ended: {0}")]
+    LeaderLock(#[from] super::leader_lock::LeaderLockError),
 }
 
 pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";

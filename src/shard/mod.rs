@@ -7,6 +7,7 @@
 mod assignment;
 pub mod coordinator;
 pub mod handover;
+pub mod leader_lock;
 mod lease;
 mod liveness;
 pub mod ring;

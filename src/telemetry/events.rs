@@ -1,7 +1,7 @@
 //! Kubernetes Events on workloads, with Reloader's reasons and message texts.
 
 use crate::rollout::TurnPriority;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use kube::Client;
 use std::sync::Arc;
 
@@ -22,6 +22,8 @@ pub struct EventSink {
     client: Client,
     reporter: Reporter,
     gate: Option<EventGate>,
+    /// Write core/v1 Events (Reloader's API, all its RBAC grants) instead of events.k8s.io/v1.
+    core: bool,
 }
 
 /// Events are writes too: only the replica that owns the namespace and may write (not fenced)
@@ -86,7 +88,13 @@ impl EventSink {
             client,
             reporter,
             gate: None,
+            core: false,
         }
+    }
+
+    /// `true`: publish core/v1 Events (see [`crate::access::Fallback::CoreEvents`]).
+    pub fn core_events(self, core: bool) -> Self {
+        Self { core, ..self }
     }
 
     /// Publishes only in owned namespaces while writes are allowed, within the write limiter.
@@ -134,10 +142,56 @@ impl EventSink {
             action: "Reload".into(),
             secondary: None,
         };
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(&event, reference).await {
+        let published = match self.core {
+            true => self.publish_core(&event, reference).await,
+            false => {
+                let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                recorder.publish(&event, reference).await
+            }
+        };
+        if let Err(e) = published {
             warn!(error = %e, reason, "could not publish a Kubernetes event");
         }
+    }
+
+    /// The same Event as a core/v1 Event, as Reloader writes them.
+    async fn publish_core(
+        &self,
+        event: &Event,
+        reference: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let namespace = reference.namespace.clone().unwrap_or_default();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        let object = CoreEvent {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!(
+                    "{}.",
+                    reference.name.as_deref().unwrap_or("kube-reloader")
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: reference.clone(),
+            reason: Some(event.reason.clone()),
+            message: event.note.clone(),
+            type_: Some(match event.type_ {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            action: Some(event.action.clone()),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            source: Some(EventSource {
+                component: Some(self.reporter.controller.clone()),
+                host: None,
+            }),
+            reporting_component: Some(self.reporter.controller.clone()),
+            reporting_instance: self.reporter.instance.clone(),
+            ..Default::default()
+        };
+        let api: kube::Api<CoreEvent> = kube::Api::namespaced(self.client.clone(), &namespace);
+        api.create(&Default::default(), &object).await.map(drop)
     }
 
     /// Published within the reload's own limiter turn (see [`EventGate`]).

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::config::Flags;
@@ -29,6 +29,10 @@ impl MetaInfo {
         })
     }
 
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     pub fn configmap(&self) -> serde_json::Value {
         json!({
             "apiVersion": "v1",
@@ -50,18 +54,37 @@ impl MetaInfo {
         })
     }
 
-    /// Creates or updates the ConfigMap; a failure is logged, never fatal.
-    pub async fn publish(&self, client: &Client) {
+    /// Creates or updates the ConfigMap; a failure is logged, never fatal. `by_update`: with
+    /// get/create/update (what Reloader's RBAC grants) instead of server-side apply.
+    pub async fn publish(&self, client: &Client, by_update: bool) {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &self.namespace);
-        let params = PatchParams::apply("kube-reloader").force();
-        match api
-            .patch(CONFIGMAP_NAME, &params, &Patch::Apply(self.configmap()))
-            .await
-        {
-            Ok(_) => tracing::info!(namespace = %self.namespace, "published {CONFIGMAP_NAME}"),
+        let result = match by_update {
+            true => self.create_or_update(&api).await,
+            false => {
+                let params = PatchParams::apply("kube-reloader").force();
+                let patch = Patch::Apply(self.configmap());
+                api.patch(CONFIGMAP_NAME, &params, &patch).await.map(drop)
+            }
+        };
+        match result {
+            Ok(()) => tracing::info!(namespace = %self.namespace, "published {CONFIGMAP_NAME}"),
             Err(e) => {
                 tracing::warn!(namespace = %self.namespace, error = %e, "could not publish {CONFIGMAP_NAME}")
             }
+        }
+    }
+
+    async fn create_or_update(&self, api: &Api<ConfigMap>) -> Result<(), kube::Error> {
+        let mut desired: ConfigMap =
+            serde_json::from_value(self.configmap()).expect("a valid ConfigMap");
+        match api.get_opt(CONFIGMAP_NAME).await? {
+            Some(current) => {
+                desired.metadata.resource_version = current.metadata.resource_version;
+                api.replace(CONFIGMAP_NAME, &PostParams::default(), &desired)
+                    .await
+                    .map(drop)
+            }
+            None => api.create(&PostParams::default(), &desired).await.map(drop),
         }
     }
 }

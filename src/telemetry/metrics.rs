@@ -65,6 +65,11 @@ struct ResourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabel {
+    fallback: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiRequestLabels {
     verb: String,
     resource: String,
@@ -111,6 +116,7 @@ pub struct Metrics {
     owned_namespaces: Gauge,
     selected_namespaces: Gauge,
     ready: Gauge,
+    access_fallbacks: Family<FallbackLabel, Gauge>,
     api_requests: Family<ApiRequestLabels, Counter>,
     reconcile_total: Family<ResultLabel, Counter>,
     reconcile_duration: Family<ResultLabel, Histogram>,
@@ -147,6 +153,7 @@ impl Metrics {
             owned_namespaces: Gauge::default(),
             selected_namespaces: Gauge::default(),
             ready: Gauge::default(),
+            access_fallbacks: Family::default(),
             api_requests: Family::default(),
             reconcile_total: Family::default(),
             reconcile_duration: Family::new_with_constructor(|| {
@@ -274,6 +281,11 @@ impl Metrics {
     fn register_own_metrics(&self, registry: &mut Registry) {
         let own = registry.sub_registry_with_prefix("kube_reloader");
         own.register(
+            "access_fallback",
+            "1 for each fallback RBAC made necessary at start (list-<kind>: workloads found by LIST, not watched; core-events; leader-lock-only; meta-info-by-update); none: every preferred permission is granted.",
+            self.access_fallbacks.clone(),
+        );
+        own.register(
             "reloads_coalesced",
             "Changes merged into a write already pending for the same workload.",
             self.coalesced.clone(),
@@ -350,6 +362,15 @@ impl Metrics {
             "Requests sent to the Kubernetes API server, by verb, resource and status code (0: no response).",
             self.api_requests.clone(),
         );
+    }
+
+    /// The fallbacks the access review turned on (set once at start).
+    pub fn set_access_fallbacks(&self, fallbacks: impl IntoIterator<Item = String>) {
+        for fallback in fallbacks {
+            self.access_fallbacks
+                .get_or_create(&FallbackLabel { fallback })
+                .set(1);
+        }
     }
 
     /// Sets the gauges read from the controller's state at scrape time.

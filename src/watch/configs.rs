@@ -156,6 +156,7 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
 
     async fn apply(&mut self, obj: Reduced, phase: Phase) -> Option<ConfigKey> {
         let (key, state) = (obj.key?, obj.state?);
+        self.ctx.before_change(&key, &state, phase).await;
         self.ctx.engine.config_applied(key.clone(), state, phase);
         Some(key)
     }
@@ -185,6 +186,18 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
 }
 
 impl WatchContext {
+    /// Workloads found by LIST are listed again in the config's namespace when its content
+    /// changed, so the decision sees them as they are now.
+    async fn before_change(&self, key: &ConfigKey, state: &ConfigState, phase: Phase) {
+        let changed = self
+            .index
+            .config(key)
+            .is_none_or(|indexed| indexed.digest != state.digest);
+        if phase == Phase::Live && changed {
+            self.refresh_listed(&key.namespace).await;
+        }
+    }
+
     fn flag(&self, annotations: &BTreeMap<String, String>, key: &str) -> bool {
         crate::policy::config_flag(annotations, key)
     }
@@ -341,6 +354,7 @@ impl IndexVerbs<DynamicObject> for PodStatusVerbs {
         if let Some((key, state)) = self.ctx.prepare_spc(obj).await
             && self.reported.changed(id.clone(), state.digest.blake3)
         {
+            self.ctx.before_change(&key, &state, phase).await;
             self.ctx.engine.config_applied(key, state, phase);
         }
         Some(id)

@@ -6,12 +6,12 @@
 //! and a relist after a break is compared with the index, so changes made while the watch was
 //! down are real changes, not lost ones. Namespaces gained later are listed by `backfill.rs`.
 
-pub mod access;
 mod backfill;
 mod configs;
 mod driver;
 mod ignored_secrets;
 mod list_strategy;
+mod listed;
 mod namespaces;
 mod workloads;
 
@@ -82,6 +82,8 @@ pub struct WatchContext {
     ignored_secret_receiver:
         std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ignored_secrets::Notice>>>,
     ready: AtomicBool,
+    /// Workload kinds found by LIST, not watched (RBAC or `--list-workloads`).
+    listed: listed::ListedKinds,
 }
 
 impl WatchContext {
@@ -102,6 +104,7 @@ impl WatchContext {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             (Some(tx), Some(rx))
         };
+        let listed = listed::ListedKinds::new(settings.listed_workload_kinds());
         Arc::new(Self {
             client,
             index: engine.index.clone(),
@@ -117,6 +120,7 @@ impl WatchContext {
             ignored_secret_notices: notices,
             ignored_secret_receiver: std::sync::Mutex::new(receiver),
             ready: AtomicBool::new(false),
+            listed,
         })
     }
 

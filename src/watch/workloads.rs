@@ -37,7 +37,11 @@ pub(super) fn spawn_all(
     );
     for kind in kinds {
         let (ctx, gate, config) = (ctx.clone(), gate.clone(), config.clone());
-        tasks.spawn(async move { watch_kind(ctx, kind, gate, config).await });
+        if ctx.listed.contains(kind) {
+            tasks.spawn(super::listed::poll_kind(ctx, kind, gate));
+        } else {
+            tasks.spawn(async move { watch_kind(ctx, kind, gate, config).await });
+        }
     }
     gate
 }
@@ -87,9 +91,7 @@ impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
 
     /// Workloads deleted while the watch was down.
     fn reset(&mut self, namespace: Option<&str>, seen: HashSet<WorkloadKey>, _first: bool) {
-        self.ctx.index.retain_workloads(self.kind, |k| {
-            seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
-        });
+        self.ctx.forget_unlisted(self.kind, namespace, &seen);
     }
 
     fn failed(&mut self, error: &watcher::Error) {
@@ -98,6 +100,19 @@ impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
 }
 
 impl WatchContext {
+    /// After a list of `kind` in `namespace` (`None`: all) returned `seen`: the workloads it did
+    /// not return were deleted meanwhile.
+    pub(super) fn forget_unlisted(
+        &self,
+        kind: WorkloadKind,
+        namespace: Option<&str>,
+        seen: &HashSet<WorkloadKey>,
+    ) {
+        self.index.retain_workloads(kind, |k| {
+            seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
+        });
+    }
+
     /// Indexes one workload object; returns its key when it was taken in.
     pub(crate) async fn apply_workload(
         &self,

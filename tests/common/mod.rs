@@ -158,6 +158,13 @@ impl Controller {
     }
 
     pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut controller = Self::launch(args, env);
+        controller.wait_ready().await;
+        controller
+    }
+
+    /// Starts kube-reloader without waiting for it to be ready (a standby never is).
+    pub fn launch(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("kube-reloader-test-{port}.log"));
         let log_file = std::fs::File::create(&log).unwrap();
@@ -172,16 +179,15 @@ impl Controller {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("starting kube-reloader");
-        let mut controller = Self {
+        Self {
             child,
             metrics_port: port,
             log,
-        };
-        controller.wait_ready().await;
-        controller
+        }
     }
 
-    async fn wait_ready(&mut self) {
+    /// Waits until `/ready` answers 200; panics if the process exits first.
+    pub async fn wait_ready(&mut self) {
         let url = format!("http://127.0.0.1:{}/ready", self.metrics_port);
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
@@ -197,6 +203,11 @@ impl Controller {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("kube-reloader was not ready within 30s:\n{}", self.logs());
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     pub fn logs(&self) -> String {
@@ -288,6 +299,7 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
 pub mod crds;
 pub mod fault_proxy;
 pub mod helm;
+pub mod identity;
 pub mod objects;
 pub mod observe;
 pub mod receiver;
