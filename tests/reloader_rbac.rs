@@ -89,12 +89,7 @@ fn metadata_rules() -> Vec<Value> {
 /// The args Reloader's chart renders for these values, plus the two this test adds to stay
 /// out of other tests' way (a resource label selector and its own annotation names; neither
 /// changes the RBAC).
-fn reloader_args(
-    v: Values,
-    release: &str,
-    workloads: &str,
-    key: &dyn Fn(&str) -> String,
-) -> Vec<String> {
+fn reloader_args(v: Values, release: &str, key: &dyn Fn(&str) -> String) -> Vec<String> {
     let mut args = vec![
         format!("--resource-label-selector=kube-reloader-rbac={release}"),
         format!("--auto-annotation={}", key("auto")),
@@ -102,7 +97,7 @@ fn reloader_args(
     if v.namespace_selector {
         // Reloader's chart wraps the selector in literal double quotes.
         args.push(format!(
-            "--namespace-selector=\"kube-reloader-rbac={workloads}\""
+            "--namespace-selector=\"kube-reloader-rbac={release}\""
         ));
         args.push("--reload-strategy=annotations".into());
     }
@@ -174,23 +169,11 @@ async fn install(case: &str, v: Values, rules: Vec<Value>) -> Release {
         false => Some(
             TestNamespace::with_labels(
                 &format!("rrbac-{case}-app"),
-                json!({"kube-reloader-rbac": format!("rrbac-{case}-app")}),
+                json!({"kube-reloader-rbac": ns.name}),
             )
             .await,
         ),
     };
-    if let Some(w) = &workloads {
-        // The selector names the workload namespace's own (random) name.
-        merge_patch(
-            &admin,
-            "",
-            "v1",
-            "Namespace",
-            &w.name,
-            json!({"metadata": {"labels": {"kube-reloader-rbac": w.name}}}),
-        )
-        .await;
-    }
     create(&admin, &ns.name, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT}})).await;
     let subject =
         json!([{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns.name}]);
@@ -264,7 +247,7 @@ async fn install(case: &str, v: Values, rules: Vec<Value>) -> Release {
 /// Starts kube-reloader as Reloader's ServiceAccount with Reloader's args and env.
 fn launch(release: &Release, v: Values, pod: &str) -> Controller {
     let key = release.key();
-    let args = reloader_args(v, &release.ns.name, release.workload_ns(), &key);
+    let args = reloader_args(v, &release.ns.name, &key);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut env = reloader_env(v, &release.ns.name, pod);
     env.push((
