@@ -13,20 +13,26 @@
 //! it fails our write's resourceVersion test. Outside handovers nothing is checked.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use tracing::warn;
 
-use crate::index::ReverseIndex;
+use crate::index::{ConfigState, ReverseIndex};
 use crate::model::{ConfigKey, ConfigKind};
 
 use super::queue::{QueuedChange, WriteError};
+use super::template::TemplateChange;
 use super::writer::classify;
 
-/// A change older than this writes without waiting any longer for the view to catch up (a config
-/// that left the label selector, say, never reaches the index again).
+/// How long a write waits for this replica's view of a config to catch up with the API server
+/// before it writes what the index has (a config that left the label selector, say, never
+/// reaches the index again). Timed from the first time the view was found behind, not from when
+/// the change was seen: a change held while this replica was paused or fenced is that old
+/// already, and must still wait for the view it wakes up to.
 const MAX_VIEW_WAIT: Duration = Duration::from_secs(20);
 
 /// How an indexed config compares with the server's object.
@@ -37,8 +43,6 @@ pub enum ViewLag {
     Behind,
     /// The index still holds a config the server deleted: the delete event is on its way.
     DeletePending,
-    /// The index already holds a newer state than the change: the newer change is queued.
-    Superseded,
 }
 
 /// Pure comparison of resourceVersions (`None`: absent on that side; 0: unknown, not compared).
@@ -51,52 +55,94 @@ pub fn view_lag(indexed: Option<u64>, server: Option<u64>) -> ViewLag {
     }
 }
 
+/// What a queued change becomes once compared with the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Newest {
+    /// Write this change (its hash replaced by the index's when the index holds a newer state).
+    Write(TemplateChange),
+    /// The change names a config the index does not hold (not listed yet here, or deleted).
+    NotIndexed,
+}
+
+/// The newest this replica knows of a queued change's config. The index only ever moves
+/// forward (an older state never replaces a newer one), so when it holds another state than the
+/// change, that state is newer: writing the change's own hash would roll the workload back to a
+/// value another replica may already have replaced. This happens to a change held while this
+/// replica was paused or fenced: when it wakes up and writes, the newer change that superseded it
+/// may have been written by another replica, and none is queued here.
+pub fn newest(change: &TemplateChange, indexed: Option<&ConfigState>) -> Newest {
+    match (indexed, &change.hash) {
+        (Some(state), _) => Newest::Write(TemplateChange {
+            hash: Some(state.digest.reloader_hash()),
+            ..change.clone()
+        }),
+        (None, None) => Newest::Write(change.clone()),
+        (None, Some(_)) => Newest::NotIndexed,
+    }
+}
+
 pub struct ConfigViews {
     client: Client,
     index: Arc<ReverseIndex>,
+    /// When each config's view was first found behind the server (cleared once current).
+    behind_since: DashMap<ConfigKey, Instant, ahash::RandomState>,
 }
 
 impl ConfigViews {
     pub fn new(client: Client, index: Arc<ReverseIndex>) -> Self {
-        Self { client, index }
+        Self {
+            client,
+            index,
+            behind_since: Default::default(),
+        }
     }
 
-    /// `Err(NotYet)` while a change is not the newest indexed one for its config, or the index is
-    /// behind the server for that config.
-    pub async fn ensure_current(&self, changes: &[QueuedChange]) -> Result<(), WriteError> {
+    /// The changes to write: each with the newest hash this replica knows for its config.
+    /// `Err(NotYet)` while this replica's view of a config is behind the server's.
+    pub async fn ensure_current(
+        &self,
+        changes: &[QueuedChange],
+    ) -> Result<Vec<TemplateChange>, WriteError> {
+        let mut out = Vec::with_capacity(changes.len());
         for queued in changes {
             let config = &queued.change.config;
             // CSI changes come from pod statuses, whose versions the watch already orders.
             if config.kind == ConfigKind::SecretProviderClass {
+                out.push(queued.change.clone());
                 continue;
             }
             let indexed = self.index.config(config);
-            let superseded = match (&queued.change.hash, &indexed) {
-                (Some(hash), Some(state)) => *hash != state.digest.reloader_hash(),
-                (Some(_), None) | (None, Some(_)) => true,
-                (None, None) => false,
+            let lag = match self.server_version(config).await? {
+                Some(server) => view_lag(indexed.map(|s| s.resource_version), server),
+                None => ViewLag::Current,
             };
-            let lag = if superseded {
-                ViewLag::Superseded
-            } else {
-                match self.server_version(config).await? {
-                    Some(server) => view_lag(indexed.map(|s| s.resource_version), server),
-                    None => ViewLag::Current,
-                }
-            };
-            if lag == ViewLag::Current {
-                continue;
+            if lag != ViewLag::Current && !self.waited_enough(config) {
+                return Err(WriteError::NotYet(format!(
+                    "view of {config} behind ({lag:?}, indexed version {:?})",
+                    indexed.map(|s| s.resource_version)
+                )));
             }
-            if queued.observed_at.elapsed() > MAX_VIEW_WAIT {
+            if lag != ViewLag::Current {
                 warn!(config = %config, ?lag, "config view still behind after {MAX_VIEW_WAIT:?}; writing what this replica has");
-                continue;
             }
-            return Err(WriteError::NotYet(format!(
-                "view of {config} behind ({lag:?}, indexed version {:?})",
-                indexed.map(|s| s.resource_version)
-            )));
+            self.behind_since.remove(config);
+            match newest(&queued.change, indexed.as_ref()) {
+                Newest::Write(change) => out.push(change),
+                Newest::NotIndexed => {
+                    warn!(config = %config, "config not in this replica's index; its change is not written")
+                }
+            }
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// Starts the clock for `config` on the first call; true once it ran [`MAX_VIEW_WAIT`].
+    fn waited_enough(&self, config: &ConfigKey) -> bool {
+        let since = *self
+            .behind_since
+            .entry(config.clone())
+            .or_insert_with(Instant::now);
+        since.elapsed() > MAX_VIEW_WAIT
     }
 
     /// The server's resourceVersion of `config`: `Ok(None)` when the kind is not checked,
@@ -123,6 +169,58 @@ impl ConfigViews {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::Digest;
+
+    fn change(hash: Option<&str>) -> TemplateChange {
+        TemplateChange {
+            config: ConfigKey::new(ConfigKind::ConfigMap, "ns", "app"),
+            hash: hash.map(String::from),
+            explicit: false,
+        }
+    }
+
+    fn indexed(byte: u8) -> ConfigState {
+        ConfigState {
+            digest: Digest {
+                blake3: [byte; 32],
+                sha1: [byte; 20],
+            },
+            ignore: false,
+            matched: false,
+            resource_version: 7,
+        }
+    }
+
+    /// A change held across a pause (v100) meets an index that has moved on (v_last, which
+    /// another replica already wrote): writing v100 would roll the workload back for good.
+    #[test]
+    fn a_superseded_change_writes_the_newest_indexed_hash_never_its_own() {
+        let newer = indexed(2);
+        let old_hash = indexed(1).digest.reloader_hash();
+        let Newest::Write(written) = newest(&change(Some(&old_hash)), Some(&newer)) else {
+            panic!("the config is indexed");
+        };
+        assert_eq!(written.hash, Some(newer.digest.reloader_hash()));
+        assert_ne!(written.hash, Some(old_hash));
+        assert_eq!(written.config, change(None).config);
+    }
+
+    #[test]
+    fn a_current_change_is_written_as_it_is_and_an_unindexed_one_not_at_all() {
+        let state = indexed(3);
+        let hash = state.digest.reloader_hash();
+        assert_eq!(
+            newest(&change(Some(&hash)), Some(&state)),
+            Newest::Write(change(Some(&hash)))
+        );
+        assert_eq!(newest(&change(Some(&hash)), None), Newest::NotIndexed);
+        assert_eq!(newest(&change(None), None), Newest::Write(change(None)));
+        assert_eq!(
+            newest(&change(None), Some(&state)),
+            Newest::Write(change(Some(&hash))),
+            "deleted, then created again: the new content"
+        );
+    }
 
     #[test]
     fn the_index_is_behind_when_the_server_is_newer_or_unknown_to_it() {

@@ -126,11 +126,11 @@ impl KubeWriter {
             ));
         }
         let api = self.api(key);
-        let Some(mut object) = self.read_for_write(&api, key, changes).await? else {
+        let Some((mut object, mut template_changes)) =
+            self.read_for_write(&api, key, changes).await?
+        else {
             return Ok(WriteOutcome::Dropped("workload vanished"));
         };
-        let template_changes: Vec<TemplateChange> =
-            changes.iter().map(|c| c.change.clone()).collect();
         let now = jiff::Timestamp::now();
 
         let restart = key.kind == WorkloadKind::Rollout
@@ -169,10 +169,11 @@ impl KubeWriter {
                         break (value, edit);
                     }
                     reread = true;
-                    object = match self.read_for_write(&api, key, changes).await? {
-                        Some(o) => o,
-                        None => return Ok(WriteOutcome::Dropped("workload vanished")),
-                    };
+                    (object, template_changes) =
+                        match self.read_for_write(&api, key, changes).await? {
+                            Some(read) => read,
+                            None => return Ok(WriteOutcome::Dropped("workload vanished")),
+                        };
                 };
                 match key.kind {
                     WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
@@ -211,23 +212,25 @@ impl KubeWriter {
         rollout_strategy_of(self.keys(), &annotations).0
     }
 
-    /// Reads the workload for a write; `None` when it vanished. During a handover also checks
-    /// that this replica's view of the configs is current, after the read (see config_view.rs
-    /// for why the order matters).
+    /// Reads the workload for a write, with the changes to write; `None` when it vanished.
+    /// During a handover the changes carry the newest hash this replica knows, once its view of
+    /// the configs is current, checked after the read (see config_view.rs for why the order
+    /// matters).
     async fn read_for_write(
         &self,
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         changes: &[QueuedChange],
-    ) -> Result<Option<DynamicObject>, WriteError> {
+    ) -> Result<Option<(DynamicObject, Vec<TemplateChange>)>, WriteError> {
         let Some(object) = api.get_opt(&key.name).await.map_err(classify)? else {
             info!(workload = %key, "workload vanished before its reload was written, dropped");
             return Ok(None);
         };
-        if self.ownership.settling() {
-            self.config_views.ensure_current(changes).await?;
-        }
-        Ok(Some(object))
+        let template_changes = match self.ownership.settling() {
+            true => self.config_views.ensure_current(changes).await?,
+            false => changes.iter().map(|c| c.change.clone()).collect(),
+        };
+        Ok(Some((object, template_changes)))
     }
 
     async fn patch_template(
