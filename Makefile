@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest manifests image image-local image-test chart-test observe observe-down rules-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -132,6 +132,14 @@ image-test:
 chart-test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --test chart --test rbac
+
+## stakater/Reloader's own chart unit tests (helm-unittest, built once by hack/helm-unittest.sh)
+## against this chart, read at run time from a Reloader git repository (never copied here):
+##   make reloader-chart-tests [RELOADER_SRC=<git dir>] [RELOADER_REF=<ref>]
+## (default ref: chart-v<the version in Chart.yaml's kube-reloader.io/reloader-chart-version>)
+RELOADER_REF ?=
+reloader-chart-tests:
+	@RELOADER_SRC="$(RELOADER_SRC)" bash hack/reloader-chart-tests.sh $(RELOADER_REF)
 
 ## What CI checks besides the tests.
 lint:

@@ -852,6 +852,169 @@ fn monitors_pdb_netpol_vpa_service_and_images_follow_reloaders_values() {
     assert_eq!(container(&objects)["imagePullPolicy"], "Never");
 }
 
+// ---- values added for Reloader's chart 2.2.16 --------------------------------------------------
+
+#[test]
+fn runtime_class_scheduler_and_host_users_go_on_the_pod_only_when_set() {
+    let pod =
+        |values: Value| one(&render(values), "Deployment")["spec"]["template"]["spec"].clone();
+    let defaults = pod(json!({}));
+    for field in ["runtimeClassName", "schedulerName", "hostUsers"] {
+        assert!(defaults.get(field).is_none(), "{field} rendered by default");
+    }
+    let set = pod(json!({"reloader": {"deployment": {
+        "runtimeClassName": "gvisor", "schedulerName": "bin-packer", "hostUsers": false}}}));
+    assert_eq!(set["runtimeClassName"], "gvisor");
+    assert_eq!(set["schedulerName"], "bin-packer");
+    assert_eq!(set["hostUsers"], false);
+    assert_eq!(
+        pod(json!({"reloader": {"deployment": {"hostUsers": true}}}))["hostUsers"],
+        true
+    );
+    // Reloader's values file carries "" and null for them: nothing rendered.
+    let empty = pod(json!({"reloader": {"deployment": {
+        "runtimeClassName": "", "schedulerName": "", "hostUsers": null}}}));
+    for field in ["runtimeClassName", "schedulerName", "hostUsers"] {
+        assert!(empty.get(field).is_none(), "{field}: {empty}");
+    }
+}
+
+#[test]
+fn service_takes_ip_families_reloaders_labels_and_a_selector_from_deployment_labels() {
+    let service = |reloader: Value| -> Option<Value> {
+        of_kind(&render(json!({ "reloader": reloader })), "Service")
+            .first()
+            .map(|s| (*s).clone())
+    };
+    // Rendered when reloader.service has any key, as in Reloader's chart (or for a ServiceMonitor).
+    assert!(service(json!({})).is_none());
+    assert!(service(json!({"service": null})).is_none());
+    let only_policy = service(json!({"service": {"ipFamilyPolicy": "PreferDualStack"}})).unwrap();
+    assert_eq!(only_policy["spec"]["ipFamilyPolicy"], "PreferDualStack");
+    assert!(only_policy["spec"].get("ipFamilies").is_none());
+    assert_eq!(only_policy["spec"]["ports"][0]["port"], 9090);
+    let plain = service(json!({"service": {"port": 9091}})).unwrap();
+    assert!(plain["spec"].get("ipFamilyPolicy").is_none());
+    assert!(plain["spec"].get("ipFamilies").is_none());
+    for (policy, families) in [
+        ("SingleStack", json!(["IPv6"])),
+        ("PreferDualStack", json!(["IPv4", "IPv6"])),
+        ("RequireDualStack", json!(["IPv6", "IPv4"])),
+    ] {
+        let s = service(json!({"service": {"ipFamilyPolicy": policy, "ipFamilies": families}}))
+            .unwrap();
+        assert_eq!(s["spec"]["ipFamilyPolicy"], policy);
+        assert_eq!(s["spec"]["ipFamilies"], families, "order kept");
+    }
+    let s = service(json!({"service": {"ipFamilies": ["IPv4"]}})).unwrap();
+    assert_eq!(s["spec"]["ipFamilies"], json!(["IPv4"]));
+    assert!(s["spec"].get("ipFamilyPolicy").is_none());
+
+    // Metadata as Reloader's chart renders it: app/release labels, Helm's release annotations,
+    // user labels and annotations through tpl.
+    let s = service(json!({"service": {
+        "labels": {"monitoring": "on", "owner": "{{ .Release.Name }}-team"},
+        "annotations": {"prometheus.io/scrape": "true", "origin": "{{ .Release.Namespace }}"}}}))
+    .unwrap();
+    let labels = &s["metadata"]["labels"];
+    assert_eq!(labels["app"], "kr-kube-reloader");
+    assert_eq!(labels["release"], RELEASE);
+    assert_eq!(labels["app.kubernetes.io/name"], "kube-reloader");
+    assert_eq!(labels["monitoring"], "on");
+    assert_eq!(labels["owner"], "kr-team");
+    let annotations = &s["metadata"]["annotations"];
+    assert_eq!(annotations["meta.helm.sh/release-name"], RELEASE);
+    assert_eq!(annotations["meta.helm.sh/release-namespace"], NS);
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["origin"], NS);
+
+    // The selector: the chart's own selector labels, plus deployment.labels and matchLabels (as
+    // in Reloader's chart); every one of them is on the pods, so the Service selects them.
+    let objects = render(json!({"reloader": {"service": {"port": 9090},
+        "deployment": {"labels": {"tier": "backend", "rel": "{{ .Release.Name }}"}},
+        "matchLabels": {"environment": "production"}}}));
+    let selector = one(&objects, "Service")["spec"]["selector"].clone();
+    assert_eq!(
+        selector,
+        json!({"app.kubernetes.io/name": "kube-reloader", "app.kubernetes.io/instance": RELEASE,
+               "tier": "backend", "rel": RELEASE, "environment": "production"})
+    );
+    let pod_labels = &one(&objects, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in selector.as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "pod label {k}");
+    }
+    // The pods keep the chart's labels: no app/release on the pod template (docs/migration.md).
+    assert!(pod_labels.get("app").is_none() && pod_labels.get("release").is_none());
+}
+
+#[test]
+fn labels_annotations_and_monitor_namespaces_go_through_tpl() {
+    let objects = render(json!({"reloader": {
+        "matchLabels": {"part-of": "{{ .Release.Name }}"},
+        "deployment": {"labels": {"rel": "{{ .Release.Name }}"},
+                       "annotations": {"ns": "{{ .Release.Namespace }}"},
+                       "pod": {"annotations": {"chart": "{{ .Chart.Name }}"}}},
+        "serviceAccount": {"labels": {"sa-rel": "{{ .Release.Name }}"},
+                           "annotations": {"sa-ns": "{{ .Release.Namespace }}"}},
+        "serviceMonitor": {"enabled": true, "namespace": "{{ .Release.Namespace }}-mon",
+                           "labels": {"sm": "{{ .Release.Name }}"},
+                           "metricRelabelings": [{"action": "replace", "targetLabel": "release",
+                                                  "replacement": "{{ .Release.Name }}"}]},
+        "podMonitor": {"enabled": true, "namespace": "{{ .Release.Namespace }}-mon",
+                       "annotations": {"pm": "{{ .Release.Name }}"}}
+    }}));
+    let d = one(&objects, "Deployment");
+    assert_eq!(d["metadata"]["labels"]["rel"], RELEASE);
+    assert_eq!(d["metadata"]["annotations"]["ns"], NS);
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["part-of"], RELEASE);
+    assert_eq!(d["spec"]["template"]["metadata"]["labels"]["rel"], RELEASE);
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["annotations"]["chart"],
+        "kube-reloader"
+    );
+    let sa = one(&objects, "ServiceAccount");
+    assert_eq!(sa["metadata"]["labels"]["sa-rel"], RELEASE);
+    assert_eq!(sa["metadata"]["labels"]["part-of"], RELEASE);
+    assert_eq!(sa["metadata"]["annotations"]["sa-ns"], NS);
+    let sm = one(&objects, "ServiceMonitor");
+    assert_eq!(sm["metadata"]["namespace"], format!("{NS}-mon"));
+    assert_eq!(sm["metadata"]["labels"]["sm"], RELEASE);
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["metricRelabelings"][0]["replacement"],
+        RELEASE
+    );
+    let pm = one(&objects, "PodMonitor");
+    assert_eq!(pm["metadata"]["namespace"], format!("{NS}-mon"));
+    assert_eq!(pm["metadata"]["annotations"]["pm"], RELEASE);
+}
+
+#[test]
+fn service_account_takes_automount_and_the_global_pull_secrets() {
+    let sa = |values: Value| one(&render(values), "ServiceAccount").clone();
+    let defaults = sa(json!({}));
+    assert!(defaults.get("automountServiceAccountToken").is_none());
+    assert!(defaults.get("imagePullSecrets").is_none());
+    for automount in [false, true] {
+        assert_eq!(
+            sa(
+                json!({"reloader": {"serviceAccount": {"automountServiceAccountToken": automount}}})
+            )["automountServiceAccountToken"],
+            automount
+        );
+    }
+    // Names or {name} objects, as for the pod; the deployment's own pull secrets stay on the pod.
+    let objects = render(json!({"global": {"imagePullSecrets": ["a", {"name": "b"}]},
+        "reloader": {"deployment": {"imagePullSecrets": [{"name": "c"}]}}}));
+    assert_eq!(
+        one(&objects, "ServiceAccount")["imagePullSecrets"],
+        json!([{"name": "a"}, {"name": "b"}])
+    );
+    assert_eq!(
+        one(&objects, "Deployment")["spec"]["template"]["spec"]["imagePullSecrets"],
+        json!([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+    );
+}
+
 // ---- schema ----------------------------------------------------------------------------------
 
 #[test]
@@ -897,6 +1060,37 @@ fn schema_rejects_typos_and_wrong_types_with_the_path_in_the_message() {
             json!({"reloader": {"custom_annotations": {"autoo": "x"}}}),
             "additional properties 'autoo' not allowed",
         ),
+        // The Service's IP families, as Reloader's chart constrains them.
+        (
+            json!({"reloader": {"service": {"ipFamilyPolicy": "DualStack"}}}),
+            "at '/reloader/service/ipFamilyPolicy'",
+        ),
+        (
+            json!({"reloader": {"service": {"ipFamilies": ["IPv5"]}}}),
+            "at '/reloader/service/ipFamilies/0'",
+        ),
+        (
+            json!({"reloader": {"service": {"ipFamilies": ["IPv4", "IPv4"]}}}),
+            "at '/reloader/service/ipFamilies'",
+        ),
+        (
+            json!({"reloader": {"service": {"ipFamilyPolicy": "SingleStack",
+                "ipFamilies": ["IPv4", "IPv6"]}}}),
+            "at '/reloader/service/ipFamilies'",
+        ),
+        (
+            json!({"reloader": {"service": {"ipFamilyPolicy": "RequireDualStack",
+                "ipFamilies": ["IPv4"]}}}),
+            "at '/reloader/service/ipFamilies'",
+        ),
+        (
+            json!({"reloader": {"deployment": {"hostUsers": "false"}}}),
+            "at '/reloader/deployment/hostUsers'",
+        ),
+        (
+            json!({"reloader": {"serviceAccount": {"automountServiceAccountToken": "no"}}}),
+            "at '/reloader/serviceAccount/automountServiceAccountToken'",
+        ),
     ];
     for (values, want) in cases {
         let err = template_yaml(RELEASE, NS, &values, &[])
@@ -909,8 +1103,9 @@ fn schema_rejects_typos_and_wrong_types_with_the_path_in_the_message() {
     }
 }
 
-/// The shape of stakater/Reloader's chart values file (v1.4, chart 2.x): every key it has, with
-/// its kind of default (including the keys it leaves null). A Reloader values file must render.
+/// The shape of stakater/Reloader's chart values file (chart 2.2.16, Chart.yaml's
+/// kube-reloader.io/reloader-chart-version): every key it has, with its kind of default
+/// (including the keys it leaves null). A Reloader values file must render.
 #[test]
 fn a_values_file_shaped_like_reloaders_renders() {
     let values = json!({
@@ -929,7 +1124,8 @@ fn a_values_file_shaped_like_reloaders_renders() {
             "readOnlyRootFileSystem": false, "legacy": {"rbac": false}, "matchLabels": {},
             "enableMetricsByNamespace": false,
             "deployment": {
-                "dnsConfig": {}, "replicas": 1, "revisionHistoryLimit": 2, "nodeSelector": null,
+                "dnsConfig": {}, "replicas": 1, "revisionHistoryLimit": 2, "hostUsers": null,
+                "nodeSelector": null,
                 "affinity": {}, "volumeMounts": [], "volumes": [],
                 "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
@@ -937,8 +1133,8 @@ fn a_values_file_shaped_like_reloaders_renders() {
                 "annotations": {}, "labels": {"provider": "acme", "group": "com.acme.platform"},
                 "env": {"open": null, "secret": null, "field": null, "existing": null},
                 "livenessProbe": {}, "readinessProbe": {}, "resources": {},
-                "pod": {"annotations": {}}, "priorityClassName": "",
-                "gomaxprocsOverride": "", "gomemlimitOverride": ""
+                "pod": {"annotations": {}}, "priorityClassName": "", "runtimeClassName": "",
+                "schedulerName": "", "gomaxprocsOverride": "", "gomemlimitOverride": ""
             },
             "service": {},
             "rbac": {"enabled": true, "labels": {}},
@@ -967,6 +1163,150 @@ fn a_values_file_shaped_like_reloaders_renders() {
     assert_eq!(
         one(&objects, "Deployment")["metadata"]["labels"]["provider"],
         "acme"
+    );
+}
+
+/// Every key Reloader's chart 2.2.16 reads that its values file only names in comments (or not
+/// at all), set as its comments describe: accepted by the schema, and each one rendered.
+#[test]
+fn every_key_reloaders_chart_reads_is_accepted_and_rendered() {
+    let values = json!({
+        "image": {"repository": "ghcr.io/kube-reloader/kube-reloader", "tag": "0.1.0",
+                  "digest": "sha256:1111111111111111111111111111111111111111111111111111111111111111"},
+        "reloader": {
+            "deployment": {
+                "imagePullSecrets": [{"name": "myregistrykey"}],
+                "automountServiceAccountToken": false,
+                "hostUsers": false, "runtimeClassName": "gvisor", "schedulerName": "my-scheduler",
+                "livenessProbe": {"timeoutSeconds": 5, "failureThreshold": 5, "periodSeconds": 10,
+                                  "successThreshold": 1, "initialDelaySeconds": 10},
+                "readinessProbe": {"timeoutSeconds": 15, "failureThreshold": 5, "periodSeconds": 10,
+                                   "successThreshold": 1, "initialDelaySeconds": 10},
+                "env": {"secret": {"ALERT_ON_RELOAD": "true", "ALERT_SINK": "slack",
+                                   "ALERT_WEBHOOK_URL": "https://hooks.example.com/x",
+                                   "ALERT_ADDITIONAL_INFO": "prod"},
+                        "existing": {"alerts": {"ALERT_SINK": "alert_sink_key"}}}
+            },
+            "service": {"labels": {}, "annotations": {}, "port": 9090,
+                        "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4"]},
+            "serviceAccount": {"automountServiceAccountToken": true},
+            "custom_annotations": {"configmap": "my.company.com/configmap",
+                                   "secret": "my.company.com/secret",
+                                   "ignore": "my.company.com/reloader-ignore"},
+            "serviceMonitor": {"enabled": true, "namespace": "monitoring", "interval": "10s",
+                               "scheme": "https", "tlsConfig": {"insecureSkipVerify": true},
+                               "bearerTokenFile": "/var/run/token", "timeout": "30s"},
+            "podMonitor": {"enabled": true, "namespace": "monitoring", "interval": "10s",
+                           "scheme": "https", "tlsConfig": {"insecureSkipVerify": true},
+                           "bearerTokenSecret": {"name": "token", "key": "t"}, "timeout": "30s"},
+            "podDisruptionBudget": {"enabled": true, "minAvailable": 1},
+            "verticalPodAutoscaler": {"enabled": true,
+                                      "recommenders": [{"name": "custom-recommender-performance"}],
+                                      "controlledValues": "RequestsAndLimits",
+                                      "updatePolicy": {"minReplicas": 1, "updateMode": "Auto"}}
+        }
+    });
+    let objects = render(values);
+    let d = one(&objects, "Deployment");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "myregistrykey"}]));
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["hostUsers"], false);
+    assert_eq!(pod["runtimeClassName"], "gvisor");
+    assert_eq!(pod["schedulerName"], "my-scheduler");
+    let c = container(&objects);
+    assert_eq!(
+        c["image"],
+        "ghcr.io/kube-reloader/kube-reloader@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    );
+    assert_eq!(c["livenessProbe"]["initialDelaySeconds"], 10);
+    assert_eq!(c["readinessProbe"]["timeoutSeconds"], 15);
+    let secret = one(&objects, "Secret");
+    for key in [
+        "ALERT_ON_RELOAD",
+        "ALERT_SINK",
+        "ALERT_WEBHOOK_URL",
+        "ALERT_ADDITIONAL_INFO",
+    ] {
+        assert!(
+            secret["data"][key].is_string(),
+            "{key} missing from the Secret"
+        );
+    }
+    assert!(
+        env(&objects)
+            .iter()
+            .any(|(n, v)| n == "ALERT_SINK" && v["secretKeyRef"]["name"] == "alerts")
+    );
+    let svc = one(&objects, "Service");
+    assert_eq!(svc["spec"]["ipFamilyPolicy"], "SingleStack");
+    assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv4"]));
+    assert_eq!(
+        one(&objects, "ServiceAccount")["automountServiceAccountToken"],
+        true
+    );
+    for arg in [
+        "--configmap-annotation=my.company.com/configmap",
+        "--secret-annotation=my.company.com/secret",
+        "--ignore-annotation=my.company.com/reloader-ignore",
+    ] {
+        assert!(has_arg(&objects, arg), "{arg}: {:?}", args(&objects));
+    }
+    let sm = &one(&objects, "ServiceMonitor")["spec"]["endpoints"][0];
+    assert_eq!(sm["interval"], "10s");
+    assert_eq!(sm["scheme"], "https");
+    assert_eq!(sm["tlsConfig"]["insecureSkipVerify"], true);
+    assert_eq!(sm["bearerTokenFile"], "/var/run/token");
+    assert_eq!(sm["scrapeTimeout"], "30s");
+    let pm = &one(&objects, "PodMonitor")["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(
+        pm["bearerTokenSecret"],
+        json!({"name": "token", "key": "t"})
+    );
+    assert_eq!(pm["scrapeTimeout"], "30s");
+    assert_eq!(
+        one(&objects, "PodDisruptionBudget")["spec"]["minAvailable"],
+        1
+    );
+    let vpa = &one(&objects, "VerticalPodAutoscaler")["spec"];
+    assert_eq!(
+        vpa["recommenders"],
+        json!([{"name": "custom-recommender-performance"}])
+    );
+    assert_eq!(
+        vpa["resourcePolicy"]["containerPolicies"][0]["controlledValues"],
+        "RequestsAndLimits"
+    );
+    assert_eq!(vpa["updatePolicy"]["minReplicas"], 1);
+}
+
+/// The Reloader chart version this chart matches is written once, in Chart.yaml, and the docs
+/// and `make reloader-chart-tests` (its default ref) follow it.
+#[test]
+fn the_matched_reloader_chart_version_is_recorded_in_chart_yaml_and_the_docs() {
+    let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap();
+    let version = chart
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("kube-reloader.io/reloader-chart-version:")
+        })
+        .expect("Chart.yaml annotation kube-reloader.io/reloader-chart-version")
+        .trim()
+        .trim_matches('"')
+        .to_string();
+    assert_eq!(version, "2.2.16");
+    for doc in ["docs/install.md", "docs/migration.md"] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+        assert!(
+            text.contains(&format!("chart **{version}**")),
+            "{doc} does not name Reloader's chart {version}"
+        );
+    }
+    let script = std::fs::read_to_string(repo_root().join("hack/reloader-chart-tests.sh")).unwrap();
+    assert!(
+        script.contains("reloader-chart-version"),
+        "the script reads the annotation"
     );
 }
 
@@ -1027,11 +1367,14 @@ fn everything_on() -> Value {
                 "livenessProbe": {"timeoutSeconds": 3}, "readinessProbe": {"periodSeconds": 7},
                 "env": {"open": {"ALERT_ON_RELOAD": "true"}, "secret": {"ALERT_WEBHOOK_URL": "https://hooks"}},
                 "volumeMounts": [{"name": "extra", "mountPath": "/extra"}],
-                "volumes": [{"name": "extra", "emptyDir": {}}]
+                "volumes": [{"name": "extra", "emptyDir": {}}],
+                "runtimeClassName": "gvisor", "schedulerName": "default-scheduler", "hostUsers": false
             },
+            "serviceAccount": {"automountServiceAccountToken": true},
             "volumeMounts": [{"name": "legacy", "mountPath": "/legacy"}],
             "volumes": [{"name": "legacy", "emptyDir": {}}],
-            "service": {"port": 8080, "labels": {"svc": "yes"}},
+            "service": {"port": 8080, "labels": {"svc": "yes"}, "annotations": {"a": "{{ .Release.Name }}"},
+                        "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4"]},
             "serviceMonitor": {"enabled": true, "interval": "30s", "timeout": "10s",
                                "metricRelabelings": [{"action": "keep", "regex": "reloader_.*",
                                                       "sourceLabels": ["__name__"]}]},

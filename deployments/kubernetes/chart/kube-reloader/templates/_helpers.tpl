@@ -35,7 +35,7 @@
 app.kubernetes.io/name: {{ include "kube-reloader.name" . | quote }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- with .Values.reloader.matchLabels }}
-{{ toYaml . }}
+{{ include "kube-reloader.tplYaml" (dict "value" . "context" $) }}
 {{- end }}
 {{- end -}}
 
@@ -44,6 +44,29 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* User-given labels and annotations go through `tpl`, as in Reloader's chart, so a value may
+name the release ("{{ .Release.Name }}"). Call with (dict "value" <map> "context" $). */}}
+{{- define "kube-reloader.tplYaml" -}}
+{{- tpl (toYaml .value) .context -}}
+{{- end -}}
+
+{{/* Maps merged left to right (a later key wins) and printed as YAML, after `tpl`: labels from
+several values without a duplicate key. Call with (dict "maps" (list ...) "context" $). */}}
+{{- define "kube-reloader.mergedMaps" -}}
+{{- $out := dict -}}
+{{- range .maps }}
+{{- with . }}{{- $out = mergeOverwrite $out (include "kube-reloader.tplYaml" (dict "value" . "context" $.context) | fromYaml) -}}{{- end -}}
+{{- end -}}
+{{- with $out }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* The release annotations Reloader's chart renders on its objects (Helm sets the same ones on
+install; rendering them keeps `helm template` output identical to Reloader's). */}}
+{{- define "kube-reloader.helmAnnotations" -}}
+meta.helm.sh/release-name: {{ .Release.Name | quote }}
+meta.helm.sh/release-namespace: {{ .Release.Namespace | quote }}
 {{- end -}}
 
 {{/* Image: reloader.deployment.image.name (older Reloader charts) wins over image.repository. */}}
