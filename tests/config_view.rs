@@ -1,6 +1,7 @@
 //! The handover guard of the write path (src/rollout/config_view.rs) against the real API server:
-//! while this replica's index is behind the server for a config, a write waits (`NotYet`), so a
-//! lagging replica never writes an older hash after another wrote the newer one.
+//! while this replica's index is behind the server for a config, a write waits (`NotYet`), and a
+//! write carries the newest hash the index holds, so a lagging replica never writes an older hash
+//! after another wrote the newer one.
 
 mod common;
 
@@ -56,7 +57,7 @@ async fn server_version(ns: &TestNamespace, name: &str) -> u64 {
         .expect("a numeric resourceVersion")
 }
 
-fn assert_waits(result: Result<(), WriteError>, why: &str) {
+fn assert_waits(result: Result<Vec<TemplateChange>, WriteError>, why: &str) {
     match result {
         Err(WriteError::NotYet(reason)) => assert!(reason.contains("behind"), "{reason}"),
         other => panic!("{why}: expected NotYet, got {other:?}"),
@@ -70,7 +71,8 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     let created = create(c, &ns.name, configmap("cfg", json!({"k": "v1"}))).await;
     let key = ConfigKey::new(ConfigKind::ConfigMap, &ns.name, &created.name_any());
     let index = Arc::new(ReverseIndex::new());
-    let views = ConfigViews::new(c.clone(), index.clone());
+    let max_wait = Duration::from_secs(1);
+    let views = ConfigViews::new(c.clone(), index.clone()).with_max_wait(max_wait);
     let now = Instant::now;
     let h1 = state("v1", 0).digest.reloader_hash();
     let h2 = state("v2", 0).digest.reloader_hash();
@@ -82,10 +84,9 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     );
     let v1 = server_version(&ns, "cfg").await;
     index.apply_config(key.clone(), state("v1", v1));
-    views
-        .ensure_current(&[change(&h1)])
-        .await
-        .expect("the index is current");
+    let hash_of = |written: Vec<TemplateChange>| written[0].hash.clone();
+    let written = views.ensure_current(&[change(&h1)]).await;
+    assert_eq!(hash_of(written.expect("the index is current")), Some(h1.clone()));
 
     merge_patch(
         c,
@@ -100,23 +101,31 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
         views.ensure_current(&[change(&h1)]).await,
         "the server has a newer version than the index",
     );
-    // A change seen long ago writes anyway (the view may never catch up, e.g. a config that
-    // left the label selector): bounded waiting, never a stuck queue.
+    // The wait is bounded (the view may never catch up, e.g. a config that left the label
+    // selector), timed from when the view was first found behind: a change seen long ago (held
+    // across a pause) still waits for the view it wakes up to.
     let long_ago = now() - Duration::from_secs(60);
-    views
-        .ensure_current(&[queued(&key, Some(&h1), long_ago)])
-        .await
-        .expect("an old change no longer waits");
+    assert_waits(
+        views.ensure_current(&[queued(&key, Some(&h1), long_ago)]).await,
+        "a change seen long ago, the view behind for a moment only",
+    );
+    tokio::time::sleep(max_wait + Duration::from_millis(100)).await;
+    let written = views.ensure_current(&[change(&h1)]).await;
+    assert_eq!(
+        hash_of(written.expect("no longer waits once the view was behind for max_wait")),
+        Some(h1.clone()),
+        "what this replica has"
+    );
     let v2 = server_version(&ns, "cfg").await;
     index.apply_config(key.clone(), state("v2", v2));
-    assert_waits(
-        views.ensure_current(&[change(&h1)]).await,
-        "the index already has a newer state than the change (the newer change is queued)",
+    let written = views.ensure_current(&[change(&h1)]).await;
+    assert_eq!(
+        hash_of(written.expect("the index is current")),
+        Some(h2.clone()),
+        "the index already has a newer state than the change: the newer hash is written, never the older"
     );
-    views
-        .ensure_current(&[change(&h2)])
-        .await
-        .expect("the newest change, and the view caught up");
+    let written = views.ensure_current(&[change(&h2)]).await;
+    assert_eq!(hash_of(written.expect("the newest change")), Some(h2.clone()));
 
     api_for(c, &ns.name, "v1", "ConfigMap")
         .delete("cfg", &DeleteParams::default())

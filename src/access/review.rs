@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
 use kube::{Api, Client};

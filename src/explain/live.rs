@@ -319,4 +319,28 @@ mod tests {
         );
         assert_eq!(parse_workload_kind("Pod"), None);
     }
+
+    #[test]
+    fn reports_how_workloads_are_found_and_each_fallback_with_its_rules() {
+        let mut live = explainer(QueueState::Idle);
+        let a = live.answer(WorkloadKind::Deployment, "ns", "web", None);
+        assert_eq!(a.access.workload_source, "watch");
+        assert!(a.access.fallbacks.is_empty());
+        let mut settings = (*live.settings).clone();
+        let requirements = crate::access::requirements(&settings, None);
+        settings.access = crate::access::plan(&requirements, |r| {
+            !(r.resource == "deployments" && r.verb == "watch")
+        });
+        live.settings = Arc::new(settings);
+        let a = live.answer(WorkloadKind::Deployment, "ns", "web", None);
+        assert_eq!(a.access.workload_source, "list");
+        assert_eq!(a.access.fallbacks.len(), 1);
+        assert_eq!(a.access.fallbacks[0].fallback, "list-deployment");
+        assert_eq!(
+            a.access.fallbacks[0].missing,
+            vec!["watch deployments.apps in all namespaces".to_string()]
+        );
+        let sts = live.answer(WorkloadKind::StatefulSet, "ns", "web", None);
+        assert_eq!(sts.access.workload_source, "watch");
+    }
 }

@@ -86,6 +86,7 @@ pub struct ConfigViews {
     index: Arc<ReverseIndex>,
     /// When each config's view was first found behind the server (cleared once current).
     behind_since: DashMap<ConfigKey, Instant, ahash::RandomState>,
+    max_wait: Duration,
 }
 
 impl ConfigViews {
@@ -94,7 +95,13 @@ impl ConfigViews {
             client,
             index,
             behind_since: Default::default(),
+            max_wait: MAX_VIEW_WAIT,
         }
+    }
+
+    /// Another bound than [`MAX_VIEW_WAIT`] (tests).
+    pub fn with_max_wait(self, max_wait: Duration) -> Self {
+        Self { max_wait, ..self }
     }
 
     /// The changes to write: each with the newest hash this replica knows for its config.
@@ -123,7 +130,7 @@ impl ConfigViews {
                 )));
             }
             if lag != ViewLag::Current {
-                warn!(config = %config, ?lag, "config view still behind after {MAX_VIEW_WAIT:?}; writing what this replica has");
+                warn!(config = %config, ?lag, max_wait = ?self.max_wait, "config view still behind; writing what this replica has");
             }
             self.behind_since.remove(config);
             match newest(&queued.change, indexed.as_ref()) {
@@ -136,13 +143,13 @@ impl ConfigViews {
         Ok(out)
     }
 
-    /// Starts the clock for `config` on the first call; true once it ran [`MAX_VIEW_WAIT`].
+    /// Starts the clock for `config` on the first call; true once it ran the maximum wait.
     fn waited_enough(&self, config: &ConfigKey) -> bool {
         let since = *self
             .behind_since
             .entry(config.clone())
             .or_insert_with(Instant::now);
-        since.elapsed() > MAX_VIEW_WAIT
+        since.elapsed() > self.max_wait
     }
 
     /// The server's resourceVersion of `config`: `Ok(None)` when the kind is not checked,

@@ -163,6 +163,9 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
 
     async fn delete(&mut self, obj: Reduced) {
         if let Some(key) = obj.key {
+            if self.ctx.settings.reload_on_delete {
+                self.ctx.refresh_listed(&key.namespace).await;
+            }
             self.ctx.engine.config_deleted(&key);
         }
     }
