@@ -571,7 +571,7 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
         ),
     ];
     let typo_config = with_annotations(
-        configmap("cfg-typo", json!({"k": "v"})),
+        configmap("typo-cfg", json!({"k": "v"})),
         json!({"reloader.stakater.com/ignor": "true"}),
     );
     create(c, &ns.name, typo_config).await;
@@ -608,7 +608,7 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
         ("search", "search-without-match", "warning"),
         ("secret-user", "config-type-ignored", "error"),
         ("typo", "unknown-annotation", "error"),
-        ("cfg-typo", "unknown-annotation", "error"),
+        ("typo-cfg", "unknown-annotation", "error"),
     ];
     for (workload, check, severity) in expected {
         assert!(
@@ -634,7 +634,7 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
         ))
     );
     assert_eq!(
-        message("cfg-typo"),
+        message("typo-cfg"),
         Some((
             json!("ConfigMap"),
             json!(
@@ -1241,6 +1241,20 @@ async fn explain_agrees_with_the_controller_on_every_row() {
             row.set
         );
     }
+    let helm = &rows[0];
+    let mut args = vec!["explain".to_string(), helm.target(), "-n".into()];
+    args.extend([
+        a.namespace(helm).to_string(),
+        "--for".into(),
+        helm.config_target(),
+    ]);
+    args.extend(a.flags(helm.set));
+    let text = kube_reloader(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        text.stdout
+            .starts_with("Would a change of secret/helm-auto reload it? no")
+    );
+    std::fs::write(docs_dir().join("explain-helm-release.txt"), &text.stdout).unwrap();
     let flags: Vec<Vec<String>> = [FlagSet::Filters, FlagSet::Scoped]
         .map(|set| a.flags(set))
         .into();

@@ -76,7 +76,8 @@ pub enum HashState {
 }
 
 impl HashState {
-    pub fn describe(self) -> &'static str {
+    /// `reload`: the verdict, so that a config no change reloads is not promised a reload.
+    pub fn describe(self, reload: bool) -> &'static str {
         match self {
             HashState::InSync => "in sync",
             HashState::Pending => {
@@ -84,10 +85,11 @@ impl HashState {
                  reloaded when the controller next starts"
             }
             HashState::Stale => "differs, but no reload will happen (see the verdict)",
-            HashState::NeverReloaded => {
+            HashState::NeverReloaded if reload => {
                 "no hash recorded yet (never reloaded for it): the next change reloads it; a \
                  controller start leaves it alone"
             }
+            HashState::NeverReloaded => "no hash recorded yet (never reloaded for it)",
             HashState::ConfigMissing => "the config does not exist",
             HashState::Unknown => "the config's current hash is not known",
         }
