@@ -94,6 +94,8 @@ pub enum NoReason {
     WorkloadKindNotWatched,
     /// `--resources-to-ignore`, or a SecretProviderClass without `--enable-csi-integration`.
     ConfigTypeNotWatched,
+    /// A Secret whose type is in `--ignore-secret-types` (the watches' field selector).
+    SecretTypeIgnored,
     /// `--resource-label-selector` does not match the config's labels.
     ConfigNotSelected,
     /// `--webhook-url`: config changes call the webhook instead of rolling workloads.
@@ -123,12 +125,13 @@ pub enum NoReason {
 
 impl NoReason {
     /// Every reason, in the order the rules are applied (docs and their test).
-    pub const ALL: [NoReason; 17] = [
+    pub const ALL: [NoReason; 18] = [
         NoReason::NamespaceIgnored,
         NoReason::NamespaceNotWatched,
         NoReason::NamespaceNotSelected,
         NoReason::WorkloadKindNotWatched,
         NoReason::ConfigTypeNotWatched,
+        NoReason::SecretTypeIgnored,
         NoReason::ConfigNotSelected,
         NoReason::WebhookMode,
         NoReason::IgnoredWorkloadType,
@@ -166,6 +169,7 @@ impl NoReason {
             NoReason::NamespaceNotSelected => "namespace_not_selected",
             NoReason::WorkloadKindNotWatched => "workload_kind_not_watched",
             NoReason::ConfigTypeNotWatched => "config_type_not_watched",
+            NoReason::SecretTypeIgnored => "secret_type_ignored",
             NoReason::ConfigNotSelected => "config_not_selected",
             NoReason::WebhookMode => "webhook_mode",
             NoReason::IgnoredWorkloadType => "ignored_workload_type",
@@ -205,6 +209,9 @@ impl NoReason {
                 "{config}s are not watched (--resources-to-ignore, or --enable-csi-integration \
                  is off for secretproviderclasses)"
             ),
+            NoReason::SecretTypeIgnored => "its type is in --ignore-secret-types (default \
+                 helm.sh/release.v1): the controller never lists or watches Secrets of that type"
+                .into(),
             NoReason::ConfigNotSelected => {
                 "the config's labels do not match --resource-label-selector".into()
             }
@@ -325,6 +332,8 @@ pub struct ScopeFacts {
     pub namespace_selected: bool,
     pub workload_kind_watched: bool,
     pub config_type_watched: bool,
+    /// False for a Secret of a type in `--ignore-secret-types`.
+    pub secret_type_watched: bool,
     pub config_selected: bool,
     pub webhook: bool,
 }
@@ -337,6 +346,7 @@ impl Default for ScopeFacts {
             namespace_selected: true,
             workload_kind_watched: true,
             config_type_watched: true,
+            secret_type_watched: true,
             config_selected: true,
             webhook: false,
         }
@@ -344,8 +354,8 @@ impl Default for ScopeFacts {
 }
 
 /// The first scope rule that says no, in the order the controller applies them: namespaces
-/// (ignored, listed, selected), the watched workload kinds and config types, the resource label
-/// selector, then the webhook mode.
+/// (ignored, listed, selected), the watched workload kinds and config types, the ignored Secret
+/// types, the resource label selector, then the webhook mode.
 pub fn scope_verdict(scope: ScopeFacts) -> Option<NoReason> {
     let rules = [
         (scope.namespace_ignored, NoReason::NamespaceIgnored),
@@ -356,6 +366,7 @@ pub fn scope_verdict(scope: ScopeFacts) -> Option<NoReason> {
             NoReason::WorkloadKindNotWatched,
         ),
         (!scope.config_type_watched, NoReason::ConfigTypeNotWatched),
+        (!scope.secret_type_watched, NoReason::SecretTypeIgnored),
         (!scope.config_selected, NoReason::ConfigNotSelected),
         (scope.webhook, NoReason::WebhookMode),
     ];
@@ -740,6 +751,7 @@ mod tests {
             namespace_selected: false,
             workload_kind_watched: false,
             config_type_watched: false,
+            secret_type_watched: false,
             config_selected: false,
             webhook: true,
         };
@@ -750,6 +762,7 @@ mod tests {
             NoReason::NamespaceNotSelected,
             NoReason::WorkloadKindNotWatched,
             NoReason::ConfigTypeNotWatched,
+            NoReason::SecretTypeIgnored,
             NoReason::ConfigNotSelected,
             NoReason::WebhookMode,
         ];
@@ -761,7 +774,8 @@ mod tests {
                 2 => scope.namespace_selected = true,
                 3 => scope.workload_kind_watched = true,
                 4 => scope.config_type_watched = true,
-                5 => scope.config_selected = true,
+                5 => scope.secret_type_watched = true,
+                6 => scope.config_selected = true,
                 _ => scope.webhook = false,
             }
         }

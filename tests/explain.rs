@@ -564,7 +564,17 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
             pod_spec(uses_cfg(), json!([])),
         ),
         auto_deployment("secret-user", json!({}), env_from_configs(&[], &["db"])),
+        deployment(
+            "typo",
+            json!({"reloader.stakater.com/atuo": "true"}),
+            pod_spec(uses_cfg(), json!([])),
+        ),
     ];
+    let typo_config = with_annotations(
+        configmap("typo-cfg", json!({"k": "v"})),
+        json!({"reloader.stakater.com/ignor": "true"}),
+    );
+    create(c, &ns.name, typo_config).await;
     for w in workloads {
         create(c, &ns.name, w).await;
     }
@@ -597,6 +607,8 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
         ("conflict", "exclude-conflict", "error"),
         ("search", "search-without-match", "warning"),
         ("secret-user", "config-type-ignored", "error"),
+        ("typo", "unknown-annotation", "error"),
+        ("typo-cfg", "unknown-annotation", "error"),
     ];
     for (workload, check, severity) in expected {
         assert!(
@@ -605,6 +617,32 @@ async fn lint_reports_each_finding_and_fails_on_errors() {
             json!(findings)
         );
     }
+    let message = |name: &str| {
+        findings
+            .iter()
+            .find(|f| f["name"] == name && f["check"] == "unknown-annotation")
+            .map(|f| (f["kind"].clone(), f["message"].clone()))
+    };
+    assert_eq!(
+        message("typo"),
+        Some((
+            json!("Deployment"),
+            json!(
+                "unknown annotation reloader.stakater.com/atuo: did you mean \
+                 reloader.stakater.com/auto?"
+            )
+        ))
+    );
+    assert_eq!(
+        message("typo-cfg"),
+        Some((
+            json!("ConfigMap"),
+            json!(
+                "unknown annotation reloader.stakater.com/ignor: did you mean \
+                 reloader.stakater.com/ignore?"
+            )
+        ))
+    );
     // Where each annotation is read from: the metadata's reload list hides the template's
     // annotations for ConfigMaps only; an exclude list on the template is never read.
     let shadowed = with_template_annotations(
@@ -857,4 +895,432 @@ async fn scope_verdicts_of_a_namespaced_controller() {
             .await
             .is_empty()
     );
+}
+
+// ---- Agreement: explain's verdict is what the controller does, row by row ----
+
+/// The controller flags a row runs under; one controller per set, many rows per controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlagSet {
+    /// Every namespace, with every filter: namespace selector, ignored namespace, resource label
+    /// selector, ignored workload types, and the default `--ignore-secret-types`.
+    Filters,
+    /// `--namespaces=<one>`, `--auto-reload-all`, `--ignore-secret-types=kubernetes.io/tls`.
+    Scoped,
+}
+
+/// Which namespace of the set a row lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Selected (Filters) or listed (Scoped).
+    Main,
+    /// In `--namespaces-to-ignore` (Filters).
+    Ignored,
+    /// Neither selected nor listed.
+    Outside,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Deployment,
+    CronJob,
+    Job,
+}
+
+/// One row: a config and the one workload that may use it, what explain must answer, and so
+/// what the controller must do when the config changes.
+struct Row {
+    /// The workload's and the config's name.
+    name: &'static str,
+    set: FlagSet,
+    place: Place,
+    kind: Kind,
+    annotations: Value,
+    /// The pod template reads the config (envFrom); else it does not use it.
+    uses: bool,
+    /// `None`: a ConfigMap; else a Secret of this type.
+    secret_type: Option<&'static str>,
+    config_annotations: Value,
+    /// Carries the label `--resource-label-selector` (Filters) asks for.
+    labelled: bool,
+    /// Explain's reason: `auto`, `search`, `explicit_list` (reloads) or the no-reason.
+    reason: &'static str,
+}
+
+impl Row {
+    fn new(name: &'static str, set: FlagSet, annotations: Value, reason: &'static str) -> Self {
+        Row {
+            name,
+            set,
+            place: Place::Main,
+            kind: Kind::Deployment,
+            annotations,
+            uses: true,
+            secret_type: None,
+            config_annotations: json!({}),
+            labelled: true,
+            reason,
+        }
+    }
+    fn secret(mut self, secret_type: &'static str) -> Self {
+        self.secret_type = Some(secret_type);
+        self
+    }
+    fn at(mut self, place: Place) -> Self {
+        self.place = place;
+        self
+    }
+    fn kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
+    }
+    fn config_annotations(mut self, annotations: Value) -> Self {
+        self.config_annotations = annotations;
+        self
+    }
+    fn unused(mut self) -> Self {
+        self.uses = false;
+        self
+    }
+    fn unlabelled(mut self) -> Self {
+        self.labelled = false;
+        self
+    }
+    fn reloads(&self) -> bool {
+        matches!(self.reason, "explicit_list" | "auto" | "search")
+    }
+    fn target(&self) -> String {
+        let kind = match self.kind {
+            Kind::Deployment => "deployment",
+            Kind::CronJob => "cronjob",
+            Kind::Job => "job",
+        };
+        format!("{kind}/{}", self.name)
+    }
+    fn config_target(&self) -> String {
+        let kind = if self.secret_type.is_some() {
+            "secret"
+        } else {
+            "configmap"
+        };
+        format!("{kind}/{}", self.name)
+    }
+}
+
+fn agreement_rows() -> Vec<Row> {
+    use FlagSet::{Filters, Scoped};
+    let auto = || json!({"reloader.stakater.com/auto": "true"});
+    vec![
+        Row::new("helm-auto", Filters, auto(), "secret_type_ignored").secret("helm.sh/release.v1"),
+        Row::new("opaque-auto", Filters, auto(), "auto").secret("Opaque"),
+        Row::new("tls-auto", Filters, auto(), "auto").secret("kubernetes.io/tls"),
+        Row::new("cm-auto", Filters, auto(), "auto"),
+        Row::new("cm-ignored", Filters, auto(), "config_ignored")
+            .config_annotations(json!({"reloader.stakater.com/ignore": "true"})),
+        Row::new(
+            "excluded",
+            Filters,
+            json!({"reloader.stakater.com/auto": "true",
+                   "configmaps.exclude.reloader.stakater.com/reload": "excluded"}),
+            "excluded",
+        ),
+        Row::new(
+            "list-unref",
+            Filters,
+            json!({"configmap.reloader.stakater.com/reload": "list-unref"}),
+            "explicit_list",
+        )
+        .unused(),
+        Row::new(
+            "search-match",
+            Filters,
+            json!({"reloader.stakater.com/search": "true"}),
+            "search",
+        )
+        .config_annotations(json!({"reloader.stakater.com/match": "true"})),
+        Row::new(
+            "search-nomatch",
+            Filters,
+            json!({"reloader.stakater.com/search": "true"}),
+            "search_without_match",
+        ),
+        Row::new("label-miss", Filters, auto(), "config_not_selected").unlabelled(),
+        Row::new("ns-unselected", Filters, auto(), "namespace_not_selected").at(Place::Outside),
+        Row::new("ns-ignored", Filters, auto(), "namespace_ignored").at(Place::Ignored),
+        Row::new("cron-ignored", Filters, auto(), "ignored_workload_type").kind(Kind::CronJob),
+        Row::new("job-ignored", Filters, auto(), "ignored_workload_type").kind(Kind::Job),
+        Row::new(
+            "typed-other",
+            Filters,
+            json!({"secret.reloader.stakater.com/auto": "true"}),
+            "typed_auto_of_another_type",
+        ),
+        // A typo is no annotation at all, for the controller as for explain.
+        Row::new(
+            "typo",
+            Filters,
+            json!({"reloader.stakater.com/atuo": "true"}),
+            "not_opted_in",
+        ),
+        Row::new("helm-watched", Scoped, auto(), "auto").secret("helm.sh/release.v1"),
+        Row::new("tls-ignored", Scoped, auto(), "secret_type_ignored").secret("kubernetes.io/tls"),
+        Row::new("all-plain", Scoped, json!({}), "auto").secret("Opaque"),
+        Row::new(
+            "all-optout",
+            Scoped,
+            json!({"reloader.stakater.com/auto": "false"}),
+            "auto_false",
+        ),
+        Row::new("cron-yes", Scoped, auto(), "auto").kind(Kind::CronJob),
+        Row::new("ns-unlisted", Scoped, auto(), "namespace_not_watched").at(Place::Outside),
+    ]
+}
+
+/// The namespaces of one run and the flags of each set.
+struct Agreement {
+    token: String,
+    filters: TestNamespace,
+    ignored: TestNamespace,
+    scoped: TestNamespace,
+    outside: TestNamespace,
+}
+
+impl Agreement {
+    async fn new() -> Self {
+        let token = unique_token("agree");
+        let selected = json!({ "kube-reloader-test/agree": token });
+        Agreement {
+            filters: TestNamespace::with_labels("agree-filters", selected.clone()).await,
+            ignored: TestNamespace::with_labels("agree-ignored", selected).await,
+            scoped: TestNamespace::new("agree-scoped").await,
+            outside: TestNamespace::new("agree-outside").await,
+            token,
+        }
+    }
+
+    fn namespace(&self, row: &Row) -> &str {
+        match (row.place, row.set) {
+            (Place::Main, FlagSet::Filters) => &self.filters.name,
+            (Place::Main, FlagSet::Scoped) => &self.scoped.name,
+            (Place::Ignored, _) => &self.ignored.name,
+            (Place::Outside, _) => &self.outside.name,
+        }
+    }
+
+    fn flags(&self, set: FlagSet) -> Vec<String> {
+        match set {
+            FlagSet::Filters => vec![
+                format!(
+                    "--namespace-selector=kube-reloader-test/agree={}",
+                    self.token
+                ),
+                format!("--namespaces-to-ignore=kube-system,{}", self.ignored.name),
+                format!("--resource-label-selector=agree={}", self.token),
+                "--ignored-workload-types=jobs,cronjobs".into(),
+            ],
+            FlagSet::Scoped => vec![
+                format!("--namespaces={}", self.scoped.name),
+                "--auto-reload-all".into(),
+                "--ignore-secret-types=kubernetes.io/tls".into(),
+            ],
+        }
+    }
+
+    fn config(&self, row: &Row, value: &str) -> Value {
+        let mut data = json!({ "k": value });
+        match row.secret_type {
+            Some("kubernetes.io/tls") => {
+                data["tls.crt"] = json!("crt");
+                data["tls.key"] = json!("key");
+            }
+            Some(_) => data["release"] = json!("r"),
+            None => {}
+        }
+        let mut config = match row.secret_type {
+            None => configmap(row.name, data),
+            Some(t) => {
+                let mut s = secret(row.name, data);
+                s["type"] = json!(t);
+                s
+            }
+        };
+        let labels = match row.labelled {
+            true => json!({ "agree": self.token }),
+            false => json!({}),
+        };
+        config = with_labels(config, labels);
+        with_annotations(config, row.config_annotations.clone())
+    }
+}
+
+fn agreement_workload(row: &Row) -> Value {
+    let container = match (row.uses, row.secret_type) {
+        (false, _) => json!({}),
+        (true, None) => env_from_configs(&[row.name], &[]),
+        (true, Some(_)) => env_from_configs(&[], &[row.name]),
+    };
+    let spec = pod_spec(container, json!([]));
+    let annotations = row.annotations.clone();
+    match row.kind {
+        Kind::Deployment => deployment(row.name, annotations, spec),
+        Kind::CronJob => cronjob(row.name, annotations, spec),
+        Kind::Job => job(row.name, annotations, spec),
+    }
+}
+
+/// Whether the controller rolled the row's workload: a `STAKATER_*` var in the template
+/// (Deployment, re-created Job), or a Job created from the CronJob.
+async fn rolled(c: &kube::Client, ns: &str, row: &Row) -> bool {
+    let has_var = |obj: &Value, pointer: &str| {
+        template_env(obj, pointer, 0)
+            .iter()
+            .any(|(n, _)| n.starts_with("STAKATER_"))
+    };
+    match row.kind {
+        Kind::Deployment => !deployment_reload_vars(c, ns, row.name).await.is_empty(),
+        Kind::Job => get(c, ns, "batch/v1", "Job", row.name)
+            .await
+            .is_some_and(|j| has_var(&j, "/spec/template")),
+        Kind::CronJob => {
+            let jobs = kube::Api::<k8s_openapi::api::batch::v1::Job>::namespaced(c.clone(), ns)
+                .list(&Default::default())
+                .await
+                .unwrap();
+            jobs.items.iter().any(|j| {
+                j.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "CronJob" && o.name == row.name)
+            })
+        }
+    }
+}
+
+/// Explain's verdict for every row, the rows run in parallel (each is one process).
+fn explain_rows(a: &Agreement, rows: &[Row]) -> Vec<(bool, String)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = rows
+            .iter()
+            .map(|row| {
+                let mut args = vec![
+                    row.target(),
+                    "-n".into(),
+                    a.namespace(row).to_string(),
+                    "--for".into(),
+                    row.config_target(),
+                ];
+                args.extend(a.flags(row.set));
+                s.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    verdict_of(&explain_json(&args), row.name)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_agrees_with_the_controller_on_every_row() {
+    let start = std::time::Instant::now();
+    let a = Agreement::new().await;
+    let rows = agreement_rows();
+    let c = &a.filters.client;
+    for row in &rows {
+        create(c, a.namespace(row), a.config(row, "v1")).await;
+        create(c, a.namespace(row), agreement_workload(row)).await;
+    }
+    let verdicts = tokio::task::block_in_place(|| explain_rows(&a, &rows));
+    for (row, (reload, reason)) in rows.iter().zip(&verdicts) {
+        assert_eq!(
+            (*reload, reason.as_str()),
+            (row.reloads(), row.reason),
+            "explain's verdict for {} ({:?})",
+            row.name,
+            row.set
+        );
+    }
+    let helm = &rows[0];
+    let mut args = vec!["explain".to_string(), helm.target(), "-n".into()];
+    args.extend([
+        a.namespace(helm).to_string(),
+        "--for".into(),
+        helm.config_target(),
+    ]);
+    args.extend(a.flags(helm.set));
+    let text = kube_reloader(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        text.stdout
+            .starts_with("Would a change of secret/helm-auto reload it? no")
+    );
+    std::fs::write(docs_dir().join("explain-helm-release.txt"), &text.stdout).unwrap();
+    let flags: Vec<Vec<String>> = [FlagSet::Filters, FlagSet::Scoped]
+        .map(|set| a.flags(set))
+        .into();
+    let mut controllers = Vec::new();
+    for f in &flags {
+        controllers
+            .push(Controller::start(&f.iter().map(String::as_str).collect::<Vec<_>>()).await);
+    }
+    // "No" rows change first: each has "yes" rows of the same watch changed after it, so once
+    // those are rolled, its own event was handled too (the positive barrier).
+    let (yes, no): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.reloads());
+    for row in no.iter().chain(&yes) {
+        change_config(c, a.namespace(row), row).await;
+    }
+    let a = &a;
+    let waits = yes.iter().map(|row| async move {
+        let ns = a.namespace(row);
+        common::wait_for(
+            &format!("{} rolled ({})", row.name, row.reason),
+            Duration::from_secs(30),
+            move || async move {
+                match rolled(c, ns, row).await {
+                    true => Ok(()),
+                    false => Err("not rolled".to_string()),
+                }
+            },
+        )
+        .await
+    });
+    futures::future::join_all(waits).await;
+    for row in &no {
+        assert!(
+            !rolled(c, a.namespace(row), row).await,
+            "{} was rolled, explain said no ({})",
+            row.name,
+            row.reason
+        );
+    }
+    eprintln!(
+        "{} rows, {} controllers, {:.1?}",
+        rows.len(),
+        controllers.len(),
+        start.elapsed()
+    );
+}
+
+async fn change_config(c: &kube::Client, ns: &str, row: &Row) {
+    match row.secret_type {
+        None => set_configmap_data(c, ns, row.name, json!({"k": "v2"})).await,
+        Some(_) => set_secret_data(c, ns, row.name, json!({"k": "v2"})).await,
+    }
+}
+
+/// Logs written to a pipe (as `kubectl logs` reads them) carry no colour escapes.
+#[test]
+fn logs_on_a_pipe_carry_no_colour_escapes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+        .arg("--metrics-addr=127.0.0.1:0")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running kube-reloader");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("ERROR"), "an error is logged: {stdout}");
+    assert!(!stdout.contains("\u{1b}["), "colour escapes: {stdout:?}");
 }

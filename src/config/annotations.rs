@@ -49,6 +49,51 @@ impl Default for AnnotationKeys {
 }
 
 impl AnnotationKeys {
+    /// Every key, as configured: what the controller reads on workloads, pod templates and
+    /// configs, and what it writes (lint flags any other key under the same domains). The
+    /// destructuring makes a new field a compile error here until it is listed.
+    pub fn all(&self) -> [&str; 17] {
+        let Self {
+            auto,
+            search,
+            match_,
+            ignore,
+            configmap_reload,
+            secret_reload,
+            spc_reload,
+            configmap_auto,
+            secret_auto,
+            spc_auto,
+            configmap_exclude,
+            secret_exclude,
+            spc_exclude,
+            rollout_strategy,
+            pause_period,
+            paused_at,
+            last_reloaded_from,
+        } = self;
+        [
+            auto,
+            search,
+            match_,
+            ignore,
+            configmap_reload,
+            secret_reload,
+            spc_reload,
+            configmap_auto,
+            secret_auto,
+            spc_auto,
+            configmap_exclude,
+            secret_exclude,
+            spc_exclude,
+            rollout_strategy,
+            pause_period,
+            paused_at,
+            last_reloaded_from,
+        ]
+        .map(String::as_str)
+    }
+
     pub fn from_flags(f: &Flags) -> Self {
         Self {
             auto: f.auto_annotation.clone(),

@@ -8,7 +8,7 @@ use crate::config::{Flags, Settings};
 use crate::model::{ConfigKind, WorkloadKind};
 
 use super::gather::{self, ClusterFacts, GatherError, WorkloadView};
-use super::lint::lint_workload;
+use super::lint::{config_unknown_annotations, lint_workload, workload_unknown_annotations};
 use super::render;
 use super::report::{ExplainContext, Explanation, explain};
 use super::{LastReload, Lint, Severity};
@@ -214,7 +214,8 @@ pub async fn run_explain(args: &ExplainArgs) -> Result<String, ToolError> {
     Ok(text)
 }
 
-/// Lints every workload with reload annotations in `facts`' namespaces.
+/// Lints every workload with reload annotations in `facts`' namespaces, and every workload
+/// and config for unknown keys under Reloader's names.
 async fn lint_all(
     client: &Client,
     settings: &Settings,
@@ -222,6 +223,16 @@ async fn lint_all(
     facts: &ClusterFacts,
 ) -> Result<Vec<Lint>, ToolError> {
     let mut findings = Vec::new();
+    for c in &facts.config_annotations {
+        let keys = c.keys.iter().map(String::as_str);
+        findings.extend(config_unknown_annotations(
+            &settings.keys,
+            c.kind,
+            &c.namespace,
+            &c.name,
+            keys,
+        ));
+    }
     for kind in WorkloadKind::ALL {
         for object in gather::workloads(client, kind, namespace).await? {
             let view = match WorkloadView::from_object(kind, &object, &settings.keys) {
@@ -231,6 +242,12 @@ async fn lint_all(
                     continue;
                 }
             };
+            findings.extend(workload_unknown_annotations(
+                &settings.keys,
+                &view.entry.key,
+                &view.metadata_annotations,
+                &view.template_annotations,
+            ));
             if view.reading.annotations.is_empty() {
                 continue;
             }

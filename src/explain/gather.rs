@@ -47,6 +47,7 @@ pub struct WorkloadView {
     pub entry: WorkloadEntry,
     pub reading: PolicyReading,
     pub spec: PodSpec,
+    pub metadata_annotations: BTreeMap<String, String>,
     pub template_annotations: BTreeMap<String, String>,
 }
 
@@ -69,16 +70,17 @@ impl WorkloadView {
             .metadata
             .and_then(|m| m.annotations)
             .unwrap_or_default();
-        let metadata: BTreeMap<String, String> = object
+        let metadata_annotations: BTreeMap<String, String> = object
             .pointer("/metadata/annotations")
             .cloned()
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default();
-        let reading = ReloadPolicy::read(keys, &metadata, &template_annotations);
+        let reading = ReloadPolicy::read(keys, &metadata_annotations, &template_annotations);
         Ok(Self {
             entry,
             reading,
             spec: template.spec.unwrap_or_default(),
+            metadata_annotations,
             template_annotations,
         })
     }
@@ -132,20 +134,19 @@ pub async fn workloads(
         .collect()
 }
 
-/// Names of the objects `selector` selects (`None`: no selector, everything is selected).
+/// Names of the objects a list with `params` returns (`None`: no selector, everything is
+/// selected). The API server evaluates the selectors, as it does for the controller's watches.
 async fn selected_names<K>(
     api: &Api<K>,
-    selector: Option<&str>,
+    params: Option<ListParams>,
 ) -> Result<Option<HashSet<(String, String)>>, kube::Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let Some(selector) = selector else {
+    let Some(params) = params else {
         return Ok(None);
     };
-    let list = api
-        .list_metadata(&ListParams::default().labels(selector))
-        .await?;
+    let list = api.list_metadata(&params).await?;
     Ok(Some(
         list.items
             .iter()
@@ -160,17 +161,25 @@ pub async fn selected_namespaces(
     settings: &Settings,
 ) -> Result<Option<HashSet<String>>, GatherError> {
     let api: Api<Namespace> = Api::all(client.clone());
-    let names = selected_names(&api, settings.namespace_selector.as_deref())
+    let params = settings
+        .namespace_selector
+        .as_deref()
+        .map(|s| ListParams::default().labels(s));
+    let names = selected_names(&api, params)
         .await
         .map_err(api_err("listing namespaces with --namespace-selector"))?;
     Ok(names.map(|set| set.into_iter().map(|(_, n)| n).collect()))
 }
 
+/// The configs of kind `K`, as the controller's watches of `K` would see them: the resource label
+/// selector and the kind's field selector ([`Settings::config_field_selector`], the ignored
+/// Secret types) are the watches' own, evaluated by the API server. `type_of`: a Secret's type.
 async fn add_configs<K>(
     client: &Client,
     settings: &Settings,
     namespace: Option<&str>,
-    out: &mut BTreeMap<String, NamespaceFacts>,
+    type_of: fn(&K) -> Option<String>,
+    out: &mut ClusterFacts,
 ) -> Result<(), GatherError>
 where
     K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -181,28 +190,36 @@ where
         None => Api::all(client.clone()),
     };
     let what = format!("listing {}s", K::KIND);
-    let selected = selected_names(&api, settings.resource_label_selector.as_deref())
+    let labels = settings.resource_label_selector.as_deref();
+    let selected = selected_names(&api, labels.map(|l| ListParams::default().labels(l)))
         .await
         .map_err(api_err(format!("{what} with --resource-label-selector")))?;
+    let fields = settings.config_field_selector(K::KIND);
+    let watched = selected_names(&api, fields.map(|f| ListParams::default().fields(&f)))
+        .await
+        .map_err(api_err(format!("{what} with --ignore-secret-types")))?;
     let list = api
         .list(&ListParams::default())
         .await
         .map_err(api_err(what))?;
     for obj in list.items {
-        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        let id = (obj.namespace().unwrap_or_default(), obj.name_any());
         let annotations = obj.annotations().clone();
+        out.note_annotations(K::KIND, &id, &annotations);
+        let facts = out.namespaces.entry(id.0.clone()).or_default();
+        if watched.as_ref().is_some_and(|w| !w.contains(&id)) {
+            let secret_type = type_of(&obj).unwrap_or_default();
+            facts
+                .unwatched_secret_types
+                .insert(id.1.clone(), secret_type);
+        }
         let seen = ConfigSeen {
             ignore: config_flag(&annotations, &settings.keys.ignore),
             matched: config_flag(&annotations, &settings.keys.match_),
-            selected: selected
-                .as_ref()
-                .is_none_or(|s| s.contains(&(ns.clone(), name.clone()))),
+            selected: selected.as_ref().is_none_or(|s| s.contains(&id)),
             hash: Some(digest_payload(obj.into_payload()).reloader_hash()),
         };
-        out.entry(ns)
-            .or_default()
-            .configs
-            .insert((K::KIND, name), seen);
+        facts.configs.insert((K::KIND, id.1), seen);
     }
     Ok(())
 }
@@ -213,7 +230,7 @@ async fn add_spcs(
     client: &Client,
     settings: &Settings,
     namespace: Option<&str>,
-    out: &mut BTreeMap<String, NamespaceFacts>,
+    out: &mut ClusterFacts,
 ) -> Result<(), GatherError> {
     let gvk = |kind: &str, plural: &str| {
         kube::core::ApiResource::from_gvk_with_plural(
@@ -255,8 +272,10 @@ async fn add_spcs(
             digest_payload(ConfigPayload::secret_provider_class(name.clone(), st)).reloader_hash()
         });
         let annotations = class.annotations().clone();
-        out.entry(ns).or_default().configs.insert(
-            (ConfigKind::SecretProviderClass, name),
+        let id = (ns, name);
+        out.note_annotations(ConfigKind::SecretProviderClass, &id, &annotations);
+        out.namespaces.entry(id.0).or_default().configs.insert(
+            (ConfigKind::SecretProviderClass, id.1),
             ConfigSeen {
                 ignore: config_flag(&annotations, &settings.keys.ignore),
                 matched: config_flag(&annotations, &settings.keys.match_),
@@ -268,6 +287,15 @@ async fn add_spcs(
     Ok(())
 }
 
+/// The annotation keys of one config (no values), for lint's `unknown-annotation` check.
+#[derive(Debug, Clone)]
+pub struct ConfigAnnotationKeys {
+    pub kind: ConfigKind,
+    pub namespace: String,
+    pub name: String,
+    pub keys: Vec<String>,
+}
+
 /// What explain and lint know of the namespaces they look at.
 #[derive(Debug, Default)]
 pub struct ClusterFacts {
@@ -275,9 +303,28 @@ pub struct ClusterFacts {
     pub namespaces: BTreeMap<String, NamespaceFacts>,
     /// What `--namespace-selector` selects (`None`: no selector).
     pub selected: Option<HashSet<String>>,
+    /// Configs carrying annotations, with their keys.
+    pub config_annotations: Vec<ConfigAnnotationKeys>,
 }
 
 impl ClusterFacts {
+    fn note_annotations(
+        &mut self,
+        kind: ConfigKind,
+        (namespace, name): &(String, String),
+        annotations: &BTreeMap<String, String>,
+    ) {
+        if annotations.is_empty() {
+            return;
+        }
+        self.config_annotations.push(ConfigAnnotationKeys {
+            kind,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            keys: annotations.keys().cloned().collect(),
+        });
+    }
+
     /// The facts of `namespace` (one with no config has none).
     pub fn namespace(&self, namespace: &str) -> NamespaceFacts {
         let mut facts = self.namespaces.get(namespace).cloned().unwrap_or_default();
@@ -292,15 +339,12 @@ pub async fn cluster(
     settings: &Settings,
     namespace: Option<&str>,
 ) -> Result<ClusterFacts, GatherError> {
-    let mut namespaces: BTreeMap<String, NamespaceFacts> = BTreeMap::new();
-    add_configs::<ConfigMap>(client, settings, namespace, &mut namespaces).await?;
-    add_configs::<Secret>(client, settings, namespace, &mut namespaces).await?;
-    add_spcs(client, settings, namespace, &mut namespaces).await?;
-    let selected = selected_namespaces(client, settings).await?;
-    Ok(ClusterFacts {
-        namespaces,
-        selected,
-    })
+    let mut facts = ClusterFacts::default();
+    add_configs::<ConfigMap>(client, settings, namespace, |_| None, &mut facts).await?;
+    add_configs::<Secret>(client, settings, namespace, |s| s.type_.clone(), &mut facts).await?;
+    add_spcs(client, settings, namespace, &mut facts).await?;
+    facts.selected = selected_namespaces(client, settings).await?;
+    Ok(facts)
 }
 
 /// What the template records and the `Reloaded` / `ReloadFail` Events about the workload.

@@ -1,15 +1,19 @@
 //! Lint: findings over workloads, from the same readings and verdicts explain prints. Pure.
 
+use std::collections::BTreeMap;
+
+use crate::config::AnnotationKeys;
 use crate::decide::NoReason;
 use crate::index::WorkloadEntry;
-use crate::model::ConfigKind;
+use crate::model::{ConfigKind, WorkloadKey};
 use crate::policy::{AnnotationRead, NamePattern, PolicyProblem, Toggle, type_index};
 
 use super::report::{Explanation, NamespaceFacts};
+use super::unknown_keys::unknown_key;
 use super::{Lint, Severity};
 
 /// Every check, as named in findings and in docs/troubleshooting.md.
-pub const CHECKS: [&str; 13] = [
+pub const CHECKS: [&str; 15] = [
     "missing-config",
     "list-matches-nothing",
     "invalid-regex",
@@ -23,6 +27,8 @@ pub const CHECKS: [&str; 13] = [
     "typed-auto-without-config",
     "search-without-match",
     "config-type-ignored",
+    "secret-type-ignored",
+    "unknown-annotation",
 ];
 
 struct Findings<'a> {
@@ -36,7 +42,7 @@ impl Findings<'_> {
         self.out.push(Lint {
             severity,
             check,
-            kind: self.entry.key.kind,
+            kind: self.entry.key.kind.as_str(),
             namespace: self.entry.key.namespace.to_string(),
             name: self.entry.key.name.to_string(),
             message,
@@ -203,8 +209,15 @@ fn verdict_findings(f: &mut Findings<'_>, e: &Explanation, ns: &NamespaceFacts) 
             "search is on, but no config the pod template uses has match: \"true\"".into(),
         );
     }
-    for c in &e.configs {
-        if c.reason == NoReason::ConfigTypeNotWatched.as_str() && c.table_reload {
+    for c in e.configs.iter().filter(|c| c.table_reload) {
+        if c.reason == NoReason::SecretTypeIgnored.as_str() {
+            f.push(
+                Severity::Error,
+                "secret-type-ignored",
+                format!("{}/{} is used, but {}", c.kind, c.name, c.because),
+            );
+        }
+        if c.reason == NoReason::ConfigTypeNotWatched.as_str() {
             f.push(
                 Severity::Error,
                 "config-type-ignored",
@@ -216,6 +229,71 @@ fn verdict_findings(f: &mut Findings<'_>, e: &Explanation, ns: &NamespaceFacts) 
             );
         }
     }
+}
+
+/// `unknown-annotation`: an error when a known key is near (a typo: the intended annotation is
+/// not in effect), a warning otherwise (a key no version of the controller reads, or one of a
+/// newer Reloader). `annotations`: (key, where it sits: "" or " on the pod template").
+fn unknown_annotations<'a>(
+    keys: &AnnotationKeys,
+    annotations: impl IntoIterator<Item = (&'a str, &'static str)>,
+    subject: (&'static str, &str, &str),
+) -> Vec<Lint> {
+    let (kind, namespace, name) = subject;
+    annotations
+        .into_iter()
+        .filter_map(|(key, place)| {
+            let unknown = unknown_key(key, keys)?;
+            let severity = match unknown.nearest {
+                Some(_) => Severity::Error,
+                None => Severity::Warning,
+            };
+            Some(Lint {
+                severity,
+                check: "unknown-annotation",
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message: unknown.message(place),
+            })
+        })
+        .collect()
+}
+
+/// `unknown-annotation` findings on a workload's metadata and pod template.
+pub fn workload_unknown_annotations(
+    keys: &AnnotationKeys,
+    workload: &WorkloadKey,
+    metadata: &BTreeMap<String, String>,
+    template: &BTreeMap<String, String>,
+) -> Vec<Lint> {
+    let on_metadata = metadata.keys().map(|k| (k.as_str(), ""));
+    let on_template = template
+        .keys()
+        .map(|k| (k.as_str(), " on the pod template"));
+    let subject = (
+        workload.kind.as_str(),
+        &*workload.namespace,
+        &*workload.name,
+    );
+    unknown_annotations(keys, on_metadata.chain(on_template), subject)
+}
+
+/// `unknown-annotation` findings on a ConfigMap, Secret or SecretProviderClass.
+pub fn config_unknown_annotations<'a>(
+    keys: &AnnotationKeys,
+    kind: ConfigKind,
+    namespace: &str,
+    name: &str,
+    annotation_keys: impl IntoIterator<Item = &'a str>,
+) -> Vec<Lint> {
+    let kind_name = match kind {
+        ConfigKind::ConfigMap => "ConfigMap",
+        ConfigKind::Secret => "Secret",
+        ConfigKind::SecretProviderClass => "SecretProviderClass",
+    };
+    let annotations = annotation_keys.into_iter().map(|k| (k, ""));
+    unknown_annotations(keys, annotations, (kind_name, namespace, name))
 }
 
 #[cfg(test)]
@@ -347,6 +425,58 @@ mod tests {
         assert_eq!(
             lint(json!({"reloader.stakater.com/auto": "true"}), cfg, &[]),
             Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn unknown_annotations_on_workloads_and_configs() {
+        let keys = AnnotationKeys::default();
+        let key = WorkloadKey::new(WorkloadKind::Deployment, "ns", "w");
+        let map = |pairs: &[&str]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|k| (k.to_string(), "true".into()))
+                .collect()
+        };
+        let found = workload_unknown_annotations(
+            &keys,
+            &key,
+            &map(&["reloader.stakater.com/atuo", "reloader.stakater.com/auto"]),
+            &map(&["team.reloader.stakater.com/x", "example.com/y"]),
+        );
+        let summary: Vec<(Severity, &str)> = found
+            .iter()
+            .map(|f| (f.severity, f.message.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    Severity::Error,
+                    "unknown annotation reloader.stakater.com/atuo: did you mean \
+                     reloader.stakater.com/auto?"
+                ),
+                (
+                    Severity::Warning,
+                    "unknown annotation team.reloader.stakater.com/x on the pod template: no key \
+                     of that name is read (it has no effect)"
+                ),
+            ]
+        );
+        assert!(found.iter().all(|f| f.check == "unknown-annotation"));
+        let found = config_unknown_annotations(
+            &keys,
+            ConfigKind::Secret,
+            "ns",
+            "db",
+            ["reloader.stakater.com/ignor", "reloader.stakater.com/match"],
+        );
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].kind, found[0].name.as_str()), ("Secret", "db"));
+        assert!(
+            found[0]
+                .message
+                .ends_with("did you mean reloader.stakater.com/ignore?")
         );
     }
 }

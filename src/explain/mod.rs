@@ -9,10 +9,9 @@ pub mod lint;
 pub mod live;
 pub mod render;
 pub mod report;
+pub mod unknown_keys;
 
 use serde::Serialize;
-
-use crate::model::WorkloadKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -21,14 +20,15 @@ pub enum Severity {
     Warning,
 }
 
-/// One lint finding about one workload.
+/// One lint finding about one workload (or, for `unknown-annotation`, one config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lint {
     pub severity: Severity,
     /// Stable identifier of the check (`missing-config`, `invalid-regex`, ...).
     pub check: &'static str,
-    pub kind: WorkloadKind,
+    /// The Kubernetes kind: `Deployment`, ..., or `ConfigMap`, `Secret`, `SecretProviderClass`.
+    pub kind: &'static str,
     pub namespace: String,
     pub name: String,
     pub message: String,

@@ -66,7 +66,7 @@ pub fn config_text(out: &mut String, c: &ConfigReport) {
         "    hash:     recorded {}, current {}: {}",
         short(&c.recorded_hash),
         short(&c.current_hash),
-        c.hash_state.describe()
+        c.hash_state.describe(c.reload)
     );
 }
 

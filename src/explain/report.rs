@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::config::{ReloadStrategy, Settings};
 use crate::decide::{
-    ConfigFacts, DecisionSwitches, ReloadReason, ScopeFacts, Verdict, WorkloadFacts, evaluate,
-    scope_verdict,
+    ConfigFacts, DecisionSwitches, NoReason, ReloadReason, ScopeFacts, Verdict, WorkloadFacts,
+    evaluate, scope_verdict,
 };
 use crate::index::WorkloadEntry;
 use crate::model::{ConfigKind, WorkloadKind};
@@ -39,6 +39,9 @@ pub struct NamespaceFacts {
     pub selected: bool,
     /// The configs that exist (CLI) or are indexed (live), by type and name.
     pub configs: BTreeMap<(ConfigKind, String), ConfigSeen>,
+    /// Secrets that exist but the controller's watches exclude by type (`--ignore-secret-types`),
+    /// by name, with their type (CLI only: the live index never sees them).
+    pub unwatched_secret_types: BTreeMap<String, String>,
 }
 
 /// One place the pod template uses a config.
@@ -73,7 +76,8 @@ pub enum HashState {
 }
 
 impl HashState {
-    pub fn describe(self) -> &'static str {
+    /// `reload`: the verdict, so that a config no change reloads is not promised a reload.
+    pub fn describe(self, reload: bool) -> &'static str {
         match self {
             HashState::InSync => "in sync",
             HashState::Pending => {
@@ -81,10 +85,11 @@ impl HashState {
                  reloaded when the controller next starts"
             }
             HashState::Stale => "differs, but no reload will happen (see the verdict)",
-            HashState::NeverReloaded => {
+            HashState::NeverReloaded if reload => {
                 "no hash recorded yet (never reloaded for it): the next change reloads it; a \
                  controller start leaves it alone"
             }
+            HashState::NeverReloaded => "no hash recorded yet (never reloaded for it)",
             HashState::ConfigMissing => "the config does not exist",
             HashState::Unknown => "the config's current hash is not known",
         }
@@ -273,22 +278,27 @@ fn scope_facts(ctx: &ExplainContext<'_>, kind: WorkloadKind, namespace: &str) ->
         // Jobs and CronJobs in --ignored-workload-types are rule 1 of the decision table.
         workload_kind_watched: s.handles_workload(kind) || s.ignored_workloads.contains(&kind),
         config_type_watched: true,
+        secret_type_watched: true,
         config_selected: true,
         webhook: s.webhook_url.is_some(),
     }
 }
 
-/// The report for one config of the workload.
-pub fn config_report(
+/// What the decision table alone says, and the whole verdict (the scope first, in the same
+/// order as `evaluate_in_scope`), with the sentence explaining it.
+fn verdicts(
     ctx: &ExplainContext<'_>,
     entry: &WorkloadEntry,
     kind: ConfigKind,
     name: &str,
-) -> ConfigReport {
+) -> (Verdict, Verdict, String) {
     let seen = ctx.namespace.configs.get(&(kind, name.to_string()));
-    let referenced = entry.references(kind, name);
+    let ignored_type = (kind == ConfigKind::Secret)
+        .then(|| ctx.namespace.unwatched_secret_types.get(name))
+        .flatten();
     let scope = ScopeFacts {
         config_type_watched: ctx.settings.watches_config(kind),
+        secret_type_watched: ignored_type.is_none(),
         config_selected: seen.is_none_or(|s| s.selected),
         ..scope_facts(ctx, entry.key.kind, &entry.key.namespace)
     };
@@ -302,18 +312,36 @@ pub fn config_report(
         WorkloadFacts {
             kind: entry.key.kind,
             policy: &entry.policy,
-            referenced,
+            referenced: entry.references(kind, name),
         },
         DecisionSwitches {
             auto_reload_all: ctx.settings.auto_reload_all,
             ignored_workloads: &ctx.settings.ignored_workloads,
         },
     );
-    // The same order as `evaluate_in_scope`: the scope first, then the table.
     let verdict = scope_verdict(scope).map_or(table, Verdict::No);
-    let (reload, reason, because) = match verdict {
-        Verdict::Reload(r) => (true, r.as_str(), reload_because(r, kind)),
-        Verdict::No(r) => (false, r.as_str(), r.explain(kind, &ctx.settings.keys)),
+    let because = match verdict {
+        Verdict::Reload(r) => reload_because(r, kind),
+        Verdict::No(NoReason::SecretTypeIgnored) => {
+            secret_type_because(ignored_type.map(String::as_str))
+        }
+        Verdict::No(r) => r.explain(kind, &ctx.settings.keys),
+    };
+    (table, verdict, because)
+}
+
+/// The report for one config of the workload.
+pub fn config_report(
+    ctx: &ExplainContext<'_>,
+    entry: &WorkloadEntry,
+    kind: ConfigKind,
+    name: &str,
+) -> ConfigReport {
+    let seen = ctx.namespace.configs.get(&(kind, name.to_string()));
+    let (table, verdict, because) = verdicts(ctx, entry, kind, name);
+    let (reload, reason) = match verdict {
+        Verdict::Reload(r) => (true, r.as_str()),
+        Verdict::No(r) => (false, r.as_str()),
     };
     let explicit = matches!(verdict, Verdict::Reload(ReloadReason::ExplicitList));
     let container = (reload && ctx.settings.strategy == ReloadStrategy::EnvVars)
@@ -337,7 +365,7 @@ pub fn config_report(
     ConfigReport {
         kind,
         name: name.to_string(),
-        referenced,
+        referenced: entry.references(kind, name),
         uses: ctx
             .spec
             .map(|s| use_reports(s, kind, name))
@@ -360,6 +388,17 @@ pub fn config_report(
         recorded_hash: recorded,
         current_hash: current,
         hash_state,
+    }
+}
+
+/// The reason of [`NoReason::SecretTypeIgnored`], naming the Secret's type.
+fn secret_type_because(secret_type: Option<&str>) -> String {
+    match secret_type {
+        Some(t) => format!(
+            "the Secret has type {t}, which is in --ignore-secret-types: the controller never \
+             lists or watches Secrets of that type, so its changes reload nothing"
+        ),
+        None => NoReason::SecretTypeIgnored.explain(ConfigKind::Secret, &Default::default()),
     }
 }
 
@@ -541,6 +580,46 @@ mod tests {
         let gone = config_report(&ctx, &entry, ConfigKind::ConfigMap, "gone");
         assert_eq!(gone.hash_state, HashState::ConfigMissing);
         assert_eq!(gone.reason, "not_referenced");
+    }
+
+    #[test]
+    fn a_secret_of_an_ignored_type_says_no_naming_the_type() {
+        let (entry, spec) = web();
+        let mut ns = NamespaceFacts {
+            selected: true,
+            ..Default::default()
+        };
+        ns.configs
+            .insert((ConfigKind::Secret, "db".into()), seen("s1"));
+        ns.unwatched_secret_types
+            .insert("db".into(), "helm.sh/release.v1".into());
+        let s = settings(&[]);
+        let none = |_: ConfigKind, _: &str| None;
+        let ctx = ExplainContext {
+            settings: &s,
+            namespace: &ns,
+            spec: Some(&spec),
+            recorded: &none,
+        };
+        let db = config_report(&ctx, &entry, ConfigKind::Secret, "db");
+        assert_eq!(
+            (db.reload, db.reason, db.table_reload, db.exists),
+            (false, "secret_type_ignored", true, true)
+        );
+        assert!(db.because.contains("helm.sh/release.v1"), "{}", db.because);
+        assert!(
+            db.because.contains("--ignore-secret-types"),
+            "{}",
+            db.because
+        );
+        // --resources-to-ignore=secrets is the rule that comes first.
+        let s = settings(&["--resources-to-ignore=secrets"]);
+        let ctx = ExplainContext {
+            settings: &s,
+            ..ctx
+        };
+        let db = config_report(&ctx, &entry, ConfigKind::Secret, "db");
+        assert_eq!(db.reason, "config_type_not_watched");
     }
 
     #[test]
