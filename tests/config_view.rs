@@ -86,7 +86,10 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     index.apply_config(key.clone(), state("v1", v1));
     let hash_of = |written: Vec<TemplateChange>| written[0].hash.clone();
     let written = views.ensure_current(&[change(&h1)]).await;
-    assert_eq!(hash_of(written.expect("the index is current")), Some(h1.clone()));
+    assert_eq!(
+        hash_of(written.expect("the index is current")),
+        Some(h1.clone())
+    );
 
     merge_patch(
         c,
@@ -106,7 +109,9 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     // across a pause) still waits for the view it wakes up to.
     let long_ago = now() - Duration::from_secs(60);
     assert_waits(
-        views.ensure_current(&[queued(&key, Some(&h1), long_ago)]).await,
+        views
+            .ensure_current(&[queued(&key, Some(&h1), long_ago)])
+            .await,
         "a change seen long ago, the view behind for a moment only",
     );
     tokio::time::sleep(max_wait + Duration::from_millis(100)).await;
@@ -125,7 +130,10 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
         "the index already has a newer state than the change: the newer hash is written, never the older"
     );
     let written = views.ensure_current(&[change(&h2)]).await;
-    assert_eq!(hash_of(written.expect("the newest change")), Some(h2.clone()));
+    assert_eq!(
+        hash_of(written.expect("the newest change")),
+        Some(h2.clone())
+    );
 
     api_for(c, &ns.name, "v1", "ConfigMap")
         .delete("cfg", &DeleteParams::default())

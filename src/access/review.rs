@@ -18,35 +18,97 @@ use crate::config::NamespaceScope;
 /// its authorizer's cache in about a millisecond.
 const REVIEWS_IN_FLIGHT: usize = 16;
 
-/// Whether `rule` is allowed for this identity.
-pub async fn allowed(client: &Client, rule: &Rule) -> Result<bool, kube::Error> {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(rule.group.to_owned()),
-                resource: Some(rule.resource.to_owned()),
-                verb: Some(rule.verb.to_owned()),
-                namespace: rule.namespace.clone(),
-                name: rule.name.map(str::to_owned),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let answer = reviews.create(&PostParams::default(), &review).await?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
+/// Whose permissions are reviewed.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// The client's own identity (SelfSubjectAccessReview).
+    Me,
+    /// A ServiceAccount (SubjectAccessReview: the asker needs `create` on subjectaccessreviews),
+    /// for `lint` to judge the controller's identity from a user's kubeconfig.
+    ServiceAccount { namespace: &'a str, name: &'a str },
 }
 
-/// Reviews every rule of `requirements` and decides the mode.
+fn attributes(rule: &Rule) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(rule.group.to_owned()),
+        resource: Some(rule.resource.to_owned()),
+        verb: Some(rule.verb.to_owned()),
+        namespace: rule.namespace.clone(),
+        name: rule.name.map(str::to_owned),
+        ..Default::default()
+    }
+}
+
+/// Whether `rule` is allowed for this identity.
+pub async fn allowed(client: &Client, rule: &Rule) -> Result<bool, kube::Error> {
+    allowed_for(client, Subject::Me, rule).await
+}
+
+/// Whether `rule` is allowed for `subject`.
+pub async fn allowed_for(
+    client: &Client,
+    subject: Subject<'_>,
+    rule: &Rule,
+) -> Result<bool, kube::Error> {
+    let status = match subject {
+        Subject::Me => {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(attributes(rule)),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+            reviews
+                .create(&PostParams::default(), &review)
+                .await?
+                .status
+        }
+        Subject::ServiceAccount { namespace, name } => {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    resource_attributes: Some(attributes(rule)),
+                    user: Some(format!("system:serviceaccount:{namespace}:{name}")),
+                    groups: Some(vec![
+                        "system:serviceaccounts".into(),
+                        format!("system:serviceaccounts:{namespace}"),
+                        "system:authenticated".into(),
+                    ]),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+            reviews
+                .create(&PostParams::default(), &review)
+                .await?
+                .status
+        }
+    };
+    Ok(status.is_some_and(|s| s.allowed))
+}
+
+/// Reviews every rule of `requirements` for this identity and decides the mode.
 pub async fn review(
     client: &Client,
     requirements: &[Requirement],
 ) -> Result<AccessPlan, kube::Error> {
+    review_for(client, Subject::Me, requirements).await
+}
+
+/// Reviews every rule of `requirements` for `subject` and decides the mode.
+pub async fn review_for(
+    client: &Client,
+    subject: Subject<'_>,
+    requirements: &[Requirement],
+) -> Result<AccessPlan, kube::Error> {
     let answers: HashMap<Rule, bool> = futures::stream::iter(requirements.iter().map(|r| {
         let rule = r.rule.clone();
-        async move { allowed(client, &rule).await.map(|ok| (rule, ok)) }
+        async move {
+            let ok = allowed_for(client, subject, &rule).await?;
+            Ok::<_, kube::Error>((rule, ok))
+        }
     }))
     .buffer_unordered(REVIEWS_IN_FLIGHT)
     .try_collect()

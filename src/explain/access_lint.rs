@@ -3,7 +3,6 @@
 //! lint and the controller cannot disagree about its mode. Pure.
 
 use crate::access::AccessPlan;
-use crate::model::WorkloadKind;
 
 use super::{Lint, Severity};
 
@@ -12,7 +11,7 @@ pub fn access_findings(plan: &AccessPlan, namespace: &str, name: &str) -> Vec<Li
     let lint = |severity, check, message| Lint {
         severity,
         check,
-        kind: WorkloadKind::Deployment,
+        kind: "Deployment",
         namespace: namespace.to_string(),
         name: name.to_string(),
         message,
@@ -62,6 +61,7 @@ pub fn access_findings(plan: &AccessPlan, namespace: &str, name: &str) -> Vec<Li
 mod tests {
     use super::*;
     use crate::access::{Fallback, Rule};
+    use crate::model::WorkloadKind;
 
     fn rule(resource: &'static str, verb: &'static str) -> Rule {
         Rule {
@@ -78,17 +78,38 @@ mod tests {
         let plan = AccessPlan {
             missing: vec![rule("deployments", "patch")],
             fallbacks: vec![
-                (rule("deployments", "watch"), Fallback::ListWorkloads(WorkloadKind::Deployment)),
-                (rule("daemonsets", "watch"), Fallback::ListWorkloads(WorkloadKind::DaemonSet)),
+                (
+                    rule("deployments", "watch"),
+                    Fallback::ListWorkloads(WorkloadKind::Deployment),
+                ),
+                (
+                    rule("daemonsets", "watch"),
+                    Fallback::ListWorkloads(WorkloadKind::DaemonSet),
+                ),
             ],
             lost: vec![],
         };
         let found = access_findings(&plan, "ops", "reloader");
         assert_eq!(found.len(), 3);
-        assert_eq!((found[0].severity, found[0].check), (Severity::Error, "rbac-missing"));
-        assert!(found[0].message.contains("patch deployments.apps in all namespaces"));
-        assert!(found[1].message.contains("list-deployment"), "{}", found[1].message);
-        assert!(found.iter().all(|l| l.namespace == "ops" && l.name == "reloader"));
+        assert_eq!(
+            (found[0].severity, found[0].check),
+            (Severity::Error, "rbac-missing")
+        );
+        assert!(
+            found[0]
+                .message
+                .contains("patch deployments.apps in all namespaces")
+        );
+        assert!(
+            found[1].message.contains("list-deployment"),
+            "{}",
+            found[1].message
+        );
+        assert!(
+            found
+                .iter()
+                .all(|l| l.namespace == "ops" && l.name == "reloader")
+        );
         assert!(access_findings(&AccessPlan::full(), "ops", "reloader").is_empty());
     }
 }

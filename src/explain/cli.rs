@@ -271,13 +271,45 @@ async fn lint_all(
     Ok(findings)
 }
 
+/// What the controller Deployment's ServiceAccount may do, as the controller reviews it at start.
+/// Needs `create` on subjectaccessreviews; without it the check is skipped with a warning.
+async fn lint_access(
+    client: &Client,
+    settings: &Settings,
+    target: &str,
+) -> Result<Vec<Lint>, ToolError> {
+    let (namespace, name) = target
+        .split_once('/')
+        .ok_or_else(|| ToolError::Usage(format!("--from-deployment '{target}'")))?;
+    let account = gather::deployment_service_account(client, namespace, name).await?;
+    let requirements = crate::access::requirements(settings, Some(namespace));
+    let subject = crate::access::review::Subject::ServiceAccount {
+        namespace,
+        name: &account,
+    };
+    match crate::access::review::review_for(client, subject, &requirements).await {
+        Ok(plan) => Ok(crate::explain::access_lint::access_findings(
+            &plan, namespace, name,
+        )),
+        Err(e) => {
+            eprintln!(
+                "kube-reloader: the RBAC of {namespace}/{account} was not checked (a                  SubjectAccessReview needs create on subjectaccessreviews): {e}"
+            );
+            Ok(Vec::new())
+        }
+    }
+}
+
 /// `kube-reloader lint`: the text to print and whether any finding is an error.
 pub async fn run_lint(args: &LintArgs) -> Result<(String, bool), ToolError> {
     let (client, default_ns) = client().await?;
     let namespace = (!args.all_namespaces).then(|| args.namespace.clone().unwrap_or(default_ns));
     let settings = settings(&client, &args.common).await?;
     let facts = gather::cluster(&client, &settings, namespace.as_deref()).await?;
-    let findings = lint_all(&client, &settings, namespace.as_deref(), &facts).await?;
+    let mut findings = lint_all(&client, &settings, namespace.as_deref(), &facts).await?;
+    if let Some(target) = &args.common.from_deployment {
+        findings.extend(lint_access(&client, &settings, target).await?);
+    }
     let failed = findings.iter().any(|f| f.severity == Severity::Error);
     let text = if args.common.output == "json" {
         serde_json::to_string_pretty(&findings).unwrap_or_default() + "\n"

@@ -435,6 +435,29 @@ pub async fn deployment_args(client: &Client, target: &str) -> Result<Vec<String
     Ok(controller_args(&spec, ns))
 }
 
+/// The ServiceAccount a Deployment's pods run as (`default` when none is named).
+pub async fn deployment_service_account(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<String, GatherError> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), namespace);
+    let what = format!("Deployment {namespace}/{name}");
+    let d = api
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading {what}")))?
+        .ok_or_else(|| GatherError::NotFound(what.clone()))?;
+    let account = d
+        .spec
+        .template
+        .spec
+        .and_then(|s| s.service_account_name)
+        .filter(|s| !s.is_empty());
+    Ok(account.unwrap_or_else(|| "default".into()))
+}
+
 /// The controller's args in a pod spec (pure, see [`deployment_args`]).
 pub fn controller_args(spec: &PodSpec, namespace: &str) -> Vec<String> {
     let container = spec

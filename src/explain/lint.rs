@@ -13,7 +13,7 @@ use super::unknown_keys::unknown_key;
 use super::{Lint, Severity};
 
 /// Every check, as named in findings and in docs/troubleshooting.md.
-pub const CHECKS: [&str; 15] = [
+pub const CHECKS: [&str; 17] = [
     "missing-config",
     "list-matches-nothing",
     "invalid-regex",
@@ -27,6 +27,8 @@ pub const CHECKS: [&str; 15] = [
     "typed-auto-without-config",
     "search-without-match",
     "config-type-ignored",
+    "rbac-missing",
+    "rbac-fallback",
     "secret-type-ignored",
     "unknown-annotation",
 ];

@@ -3,6 +3,7 @@
 //! parser, references, decision table, container choice); this module only gathers facts
 //! (`gather`: the API server; `live`: the running controller's index) and presents them.
 
+pub mod access_lint;
 pub mod cli;
 pub mod gather;
 pub mod lint;
