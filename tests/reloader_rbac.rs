@@ -491,6 +491,22 @@ async fn prove(case: &str, v: Values) {
     .await;
     assert_nothing_refused(case, &controller).await;
     controller.stop().await;
+    if case == "default" {
+        let findings = lint_controller(&release, v).await;
+        let fallbacks: Vec<&str> = findings
+            .iter()
+            .filter(|f| f["check"] == "rbac-fallback")
+            .filter_map(|f| f["message"].as_str())
+            .collect();
+        assert!(
+            fallbacks.iter().any(|m| m.contains("list-deployment")),
+            "lint does not report the list fallback: {findings:?}"
+        );
+        assert!(
+            !findings.iter().any(|f| f["check"] == "rbac-missing"),
+            "{findings:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -613,4 +629,53 @@ async fn a_missing_rule_without_fallback_exits_naming_it() {
         logs.contains("patch deployments.apps in all namespaces"),
         "the missing rule is not named:\n{logs}"
     );
+    // lint says the same of the controller's Deployment, from an admin's kubeconfig.
+    let findings = lint_controller(&release, v).await;
+    let missing = findings.iter().find(|f| f["check"] == "rbac-missing");
+    assert!(
+        missing.is_some_and(|f| f["severity"] == "error"
+            && f["message"]
+                .as_str()
+                .unwrap()
+                .contains("patch deployments.apps")),
+        "{findings:?}"
+    );
+}
+
+/// `kube-reloader lint --from-deployment` on a Deployment of the controller running as Reloader's
+/// ServiceAccount with Reloader's args: its findings (JSON).
+async fn lint_controller(release: &Release, v: Values) -> Vec<Value> {
+    let c = &client().await;
+    let key = release.key();
+    let args = reloader_args(v, &release.ns.name, &key);
+    let mut spec = pod_spec(json!({}), json!([]));
+    spec["serviceAccountName"] = json!(SERVICE_ACCOUNT);
+    spec["containers"][0]["args"] = json!(args);
+    create(
+        c,
+        &release.ns.name,
+        deployment("reloader-reloader", json!({}), spec),
+    )
+    .await;
+    let target = format!("{}/reloader-reloader", release.ns.name);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+        .args([
+            "lint",
+            "-n",
+            &release.ns.name,
+            "--from-deployment",
+            &target,
+            "-o",
+            "json",
+        ])
+        .env("KUBECONFIG", common::kubeconfig_path())
+        .output()
+        .expect("running kube-reloader lint");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "lint output is not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
