@@ -266,12 +266,7 @@ async fn review_access(
         }
     };
     for fallback in plan.active_fallbacks() {
-        let rules: Vec<String> = plan
-            .fallbacks
-            .iter()
-            .filter(|(_, f)| *f == fallback)
-            .map(|(r, _)| r.to_string())
-            .collect();
+        let rules = plan.missing_for(fallback);
         warn!(
             missing = rules.join("; "),
             fallback = fallback.metric_label(),

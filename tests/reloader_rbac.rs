@@ -387,25 +387,29 @@ async fn jobs_of(c: &Client, ns: &str, cronjob: &str) -> usize {
 
 /// Nothing the controller asked was refused: no 403 counted, no "forbidden" logged.
 async fn assert_nothing_refused(case: &str, controller: &Controller) {
-    let metrics = controller.metrics().await;
-    let refused: Vec<&str> = metrics
-        .lines()
-        .filter(|l| l.starts_with("kube_reloader_api_requests_total") && l.contains("code=\"403\""))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "{case}: requests refused:\n{}",
-        refused.join("\n")
-    );
+    // The control plane is shared with tests running now: a cluster-wide controller also sees
+    // their workloads (and may report their bad annotations in an Event), and the API server
+    // answers 403 to a write into a namespace being deleted. That refusal is not RBAC's.
     let logs = controller.logs();
-    let forbidden: Vec<&str> = logs
+    let (terminating, forbidden): (Vec<&str>, Vec<&str>) = logs
         .lines()
         .filter(|l| l.to_lowercase().contains("forbidden"))
-        .collect();
+        .partition(|l| l.contains("because it is being terminated"));
     assert!(
         forbidden.is_empty(),
         "{case}: refused:\n{}",
         forbidden.join("\n")
+    );
+    let metrics = controller.metrics().await;
+    let refused: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("kube_reloader_api_requests_total") && l.contains("code=\"403\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        refused <= terminating.len() as u64,
+        "{case}: {refused} requests refused, {} of them into terminating namespaces:\n{metrics}",
+        terminating.len()
     );
 }
 

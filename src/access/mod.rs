@@ -140,6 +140,15 @@ impl AccessPlan {
             .collect()
     }
 
+    /// The missing rules that turned `fallback` on, as RBAC reads them.
+    pub fn missing_for(&self, fallback: Fallback) -> Vec<String> {
+        self.fallbacks
+            .iter()
+            .filter(|(_, f)| *f == fallback)
+            .map(|(r, _)| r.to_string())
+            .collect()
+    }
+
     /// Distinct fallbacks in use.
     pub fn active_fallbacks(&self) -> BTreeSet<Fallback> {
         self.fallbacks.iter().map(|(_, f)| *f).collect()

@@ -30,12 +30,7 @@ pub fn access_findings(plan: &AccessPlan, namespace: &str, name: &str) -> Vec<Li
         ));
     }
     for fallback in plan.active_fallbacks() {
-        let rules: Vec<String> = plan
-            .fallbacks
-            .iter()
-            .filter(|(_, f)| *f == fallback)
-            .map(|(r, _)| r.to_string())
-            .collect();
+        let rules = plan.missing_for(fallback);
         out.push(lint(
             Severity::Warning,
             "rbac-fallback",

@@ -420,19 +420,24 @@ pub async fn deployment_args(client: &Client, target: &str) -> Result<Vec<String
             "--from-deployment '{target}': expected <namespace>/<name>"
         ))
     })?;
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
-    let what = format!("Deployment {ns}/{name}");
-    let d = api
-        .get_opt(name)
+    let spec = deployment(client, ns, name).await?.spec.template.spec;
+    let spec = spec
+        .ok_or_else(|| GatherError::Invalid(format!("Deployment {ns}/{name} has no pod spec")))?;
+    Ok(controller_args(&spec, ns))
+}
+
+async fn deployment(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<k8s_openapi::api::apps::v1::Deployment, GatherError> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), namespace);
+    let what = format!("Deployment {namespace}/{name}");
+    api.get_opt(name)
         .await
         .map_err(api_err(format!("reading {what}")))?
-        .ok_or_else(|| GatherError::NotFound(what.clone()))?;
-    let spec = d
-        .spec
-        .template
-        .spec
-        .ok_or_else(|| GatherError::Invalid(format!("{what} has no pod spec")))?;
-    Ok(controller_args(&spec, ns))
+        .ok_or(GatherError::NotFound(what))
 }
 
 /// The ServiceAccount a Deployment's pods run as (`default` when none is named).
@@ -441,15 +446,8 @@ pub async fn deployment_service_account(
     namespace: &str,
     name: &str,
 ) -> Result<String, GatherError> {
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(client.clone(), namespace);
-    let what = format!("Deployment {namespace}/{name}");
-    let d = api
-        .get_opt(name)
-        .await
-        .map_err(api_err(format!("reading {what}")))?
-        .ok_or_else(|| GatherError::NotFound(what.clone()))?;
-    let account = d
+    let account = deployment(client, namespace, name)
+        .await?
         .spec
         .template
         .spec

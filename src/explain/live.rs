@@ -100,12 +100,7 @@ fn access_report(settings: &Settings, kind: WorkloadKind) -> AccessReport {
         .into_iter()
         .map(|f| FallbackReport {
             fallback: f.metric_label(),
-            missing: plan
-                .fallbacks
-                .iter()
-                .filter(|(_, g)| *g == f)
-                .map(|(r, _)| r.to_string())
-                .collect(),
+            missing: plan.missing_for(f),
             cost: f.cost(),
         })
         .collect();
