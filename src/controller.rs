@@ -199,6 +199,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         index: index.clone(),
         ownership: ownership.clone(),
         settings: settings.clone(),
+        ignored_secrets: watches.ignored_secret_types(),
         queue: Box::new(crate::explain::live::queue_inspector(
             engine.queue().clone(),
         )),

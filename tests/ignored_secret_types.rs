@@ -154,6 +154,20 @@ async fn helm_release_secrets_are_never_listed_or_watched_and_a_used_one_warns()
     )
     .await;
     assert!(note.contains(USED_RELEASE) && note.contains(HELM), "{note}");
+    // /debug/explain says what the controller does: no, for a Secret of an ignored type.
+    let url = format!(
+        "http://127.0.0.1:{}/debug/explain?kind=Deployment&namespace={}&name=misuse&config=secret/{USED_RELEASE}",
+        scoped.metrics_port, ns.name
+    );
+    let (code, body) = common::http_get(&url).await.expect("GET /debug/explain");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let verdict = &answer["explanation"]["configs"][0];
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (&verdict["reload"], &verdict["reason"]),
+        (&json!(false), &json!("secret_type_ignored")),
+        "{body}"
+    );
     change_releases_then_sentinel(&ns, "round-1").await;
     assert_eq!(
         deployment_reload_vars(&ns.client, &ns.name, "misuse").await,

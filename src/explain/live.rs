@@ -116,6 +116,9 @@ pub struct LiveExplainer {
     pub index: Arc<ReverseIndex>,
     pub ownership: Arc<Ownership>,
     pub settings: Arc<Settings>,
+    /// Used Secrets of an ignored type (never indexed): the verdict for them is no, as for the
+    /// controller, which never sees them.
+    pub ignored_secrets: crate::watch::IgnoredSecretTypes,
     pub queue: Box<dyn QueueInspect>,
 }
 
@@ -149,6 +152,13 @@ impl LiveExplainer {
             selected: self.ownership.selects(namespace),
             ..Default::default()
         };
+        for entry in self.ignored_secrets.iter() {
+            if &*entry.key().namespace == namespace {
+                facts
+                    .unwatched_secret_types
+                    .insert(entry.key().name.to_string(), entry.value().clone());
+            }
+        }
         for kind in ConfigKind::ALL {
             for key in self.index.config_keys(kind, Some(namespace)) {
                 let Some(state) = self.index.config(&key) else {
@@ -285,6 +295,7 @@ mod tests {
             index,
             ownership: Arc::new(Ownership::new(["other".to_string()], false)),
             settings: Arc::new(Settings::try_from(flags.unwrap()).unwrap()),
+            ignored_secrets: Default::default(),
             queue: Box::new(move |_: &WorkloadKey| queue.clone()),
         }
     }
@@ -313,6 +324,35 @@ mod tests {
             Some(WorkloadKind::StatefulSet)
         );
         assert_eq!(parse_workload_kind("Pod"), None);
+    }
+
+    #[test]
+    fn a_used_secret_of_an_ignored_type_says_no_as_the_controller_does() {
+        let live = explainer(QueueState::Idle);
+        let obj = json!({
+            "metadata": {"name": "api", "namespace": "ns",
+                         "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "app", "envFrom": [{"secretRef": {"name": "release"}}]}
+            ]}}}
+        });
+        let entry = workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default());
+        live.index.apply_workload(entry.unwrap());
+        let key = ConfigKey::new(ConfigKind::Secret, "ns", "release");
+        let only = Some((ConfigKind::Secret, "release"));
+        let before = live.answer(WorkloadKind::Deployment, "ns", "api", only);
+        assert!(
+            before.explanation.unwrap().configs[0].reload,
+            "not known to be ignored yet"
+        );
+        live.ignored_secrets
+            .insert(key, "helm.sh/release.v1".to_string());
+        let after = live.answer(WorkloadKind::Deployment, "ns", "api", only);
+        let verdict = &after.explanation.unwrap().configs[0];
+        assert_eq!(
+            (verdict.reload, verdict.reason),
+            (false, "secret_type_ignored")
+        );
     }
 
     #[test]

@@ -68,6 +68,10 @@ impl Verdicts {
     }
 }
 
+/// Secrets found to exist with an ignored type, and that type: what `/debug/explain` needs to
+/// say no for them as the controller does. Written by the check, read by the explainer.
+pub type IgnoredSecretTypes = Arc<dashmap::DashMap<ConfigKey, String, ahash::RandomState>>;
+
 /// A Secret a workload uses that the index did not hold, and when that was seen.
 pub(super) type Notice = (ConfigKey, Instant);
 /// Where workload events report Secrets they use that the index does not hold.
@@ -134,6 +138,7 @@ impl WatchContext {
         let Some(secret_type) = verdicts.ignored_type(&key).map(str::to_owned) else {
             return;
         };
+        self.ignored_types.insert(key.clone(), secret_type.clone());
         for entry in self.index.candidates(&key) {
             if entry.edge_configs().contains(&key) && verdicts.first_warning(&entry.key, &key) {
                 self.warn_ignored(&entry.key, &key, &secret_type).await;

@@ -38,6 +38,7 @@ use crate::shard::Ownership;
 use crate::telemetry::events::EventSink;
 
 pub use configs::ConfigSource;
+pub use ignored_secrets::IgnoredSecretTypes;
 
 /// Why the watches stopped. Each watch retries failures with backoff and runs forever, so any
 /// of these is a bug or a shutdown; the controller exits on it.
@@ -84,6 +85,8 @@ pub struct WatchContext {
     ready: AtomicBool,
     /// Workload kinds found by LIST, not watched (RBAC or `--list-workloads`).
     listed: listed::ListedKinds,
+    /// Used Secrets found to be of an ignored type (for `/debug/explain`).
+    ignored_types: IgnoredSecretTypes,
 }
 
 impl WatchContext {
@@ -121,7 +124,13 @@ impl WatchContext {
             ignored_secret_receiver: std::sync::Mutex::new(receiver),
             ready: AtomicBool::new(false),
             listed,
+            ignored_types: Default::default(),
         })
+    }
+
+    /// Used Secrets known to be of an ignored type, as the ignored-type check finds them.
+    pub fn ignored_secret_types(&self) -> IgnoredSecretTypes {
+        self.ignored_types.clone()
     }
 
     /// True once every watch has listed and the start-up reconcile has run.
