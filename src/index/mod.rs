@@ -141,6 +141,16 @@ impl ReverseIndex {
             .collect()
     }
 
+    /// ConfigMaps and Secrets of `namespaces` with their resourceVersions, in one pass.
+    pub fn config_versions_in(&self, namespaces: &HashSet<&str>) -> Vec<(ConfigKey, u64)> {
+        self.configs
+            .iter()
+            .filter(|c| c.key().kind != ConfigKind::SecretProviderClass)
+            .filter(|c| namespaces.contains(&*c.key().namespace))
+            .map(|c| (c.key().clone(), c.value().resource_version))
+            .collect()
+    }
+
     /// Configs of `kind` that some workload uses or names but the index holds nothing of (not
     /// created yet, or never watched: a Secret of an ignored type).
     pub fn unresolved_configs(&self, kind: ConfigKind) -> Vec<ConfigKey> {
@@ -215,6 +225,11 @@ impl ReverseIndex {
     /// Forgets everything in a namespace (it left the selection or this shard).
     pub fn drop_namespace(&self, namespace: &str) {
         self.configs.retain(|k, _| &*k.namespace != namespace);
+        self.drop_workloads_in(namespace);
+    }
+
+    /// Forgets the workloads of a namespace, keeping what is known of its configs.
+    pub fn drop_workloads_in(&self, namespace: &str) {
         let keys: Vec<WorkloadKey> = self
             .workloads
             .iter()

@@ -135,6 +135,25 @@ fn drop_namespace_and_retain() {
     assert_eq!(names(idx.candidates(&cm("c1"))), ["b"]);
 }
 
+/// A namespace that moved away keeps its config states (to be compared when it comes back):
+/// its workloads go, and a later backfill of it is a change where the config moved on.
+#[test]
+fn a_namespace_that_left_keeps_its_config_states_for_the_backfill() {
+    let idx = ReverseIndex::new();
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    let mut kept = state(1);
+    kept.resource_version = 10;
+    idx.apply_config(cm("c1"), kept);
+    idx.apply_config(ConfigKey::new(ConfigKind::ConfigMap, "other", "x"), state(1));
+    idx.drop_workloads_in("ns");
+    assert_eq!(idx.sizes().workloads, 0);
+    let versions = idx.config_versions_in(&std::collections::HashSet::from(["ns"]));
+    assert_eq!(versions, vec![(cm("c1"), 10)]);
+    let mut newer = state(2);
+    newer.resource_version = 12;
+    assert_eq!(idx.backfill_config(cm("c1"), newer), ConfigTransition::Changed);
+}
+
 #[test]
 fn concurrent_updates_never_lose_edges() {
     let idx = Arc::new(ReverseIndex::new());

@@ -46,12 +46,30 @@ impl WatchContext {
             for ns in &change.left {
                 if !self.ownership.owns(ns) {
                     info!(namespace = %ns, "namespace moved to another replica, forgetting it");
-                    self.index.drop_namespace(ns);
+                    self.forget_left(ns);
                 }
             }
             link.coordinator.synced(change.generation);
         }
         Err(WatchError::CoordinatorStopped)
+    }
+
+    /// Forgets a namespace that moved away: its workloads now, its configs after
+    /// [`KEEP_LEFT_CONFIGS`] unless it came back. A namespace that moves away and back within
+    /// seconds (a paused replica returning) is then backfilled against the config states this
+    /// replica last acted on, so a change made meanwhile is a change (`backfill_config`), not
+    /// a creation: a workload that was never reloaded records no hash for the reconcile to
+    /// compare, and such a change would be lost.
+    fn forget_left(self: &Arc<Self>, namespace: &str) {
+        self.index.drop_workloads_in(namespace);
+        let ctx = self.clone();
+        let namespace = namespace.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(KEEP_LEFT_CONFIGS).await;
+            if !ctx.ownership.owns(&namespace) {
+                ctx.index.drop_namespace(&namespace);
+            }
+        });
     }
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
@@ -89,6 +107,9 @@ impl WatchContext {
                 NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
             }
         };
+        // Config states kept from before the namespace moved away (`forget_left`).
+        let kept = self.index.config_versions_in(wanted);
+        let listed = std::sync::Mutex::new(HashSet::new());
         for target in &targets {
             for kind in WorkloadKind::ALL
                 .into_iter()
@@ -119,10 +140,11 @@ impl WatchContext {
                 .await;
             }
             if self.settings.watches_config(ConfigKind::ConfigMap) {
-                self.list_configs::<ConfigMap>(*target, wanted).await;
+                self.list_configs::<ConfigMap>(*target, wanted, &listed)
+                    .await;
             }
             if self.settings.watches_config(ConfigKind::Secret) {
-                self.list_configs::<Secret>(*target, wanted).await;
+                self.list_configs::<Secret>(*target, wanted, &listed).await;
             }
             if self
                 .settings
@@ -131,6 +153,7 @@ impl WatchContext {
                 self.list_pod_statuses(*target, wanted).await;
             }
         }
+        self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
         let set: HashSet<String> = namespaces.iter().cloned().collect();
         let queued = self.engine.reconcile_recorded(Some(&set));
         info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
@@ -156,8 +179,26 @@ impl WatchContext {
         .await;
     }
 
-    async fn list_configs<K>(&self, target: Option<&str>, wanted: &HashSet<&str>)
-    where
+    /// A kept config the backfill did not list, and no watch event touched since, was deleted
+    /// while the namespace was away: forgotten without a reload, as it happened unobserved.
+    fn forget_deleted_meanwhile(&self, kept: Vec<(ConfigKey, u64)>, listed: &HashSet<ConfigKey>) {
+        for (key, version) in kept {
+            let untouched = self
+                .index
+                .config(&key)
+                .is_some_and(|s| s.resource_version == version);
+            if !listed.contains(&key) && untouched && self.ownership.owns(&key.namespace) {
+                self.index.delete_config(&key);
+            }
+        }
+    }
+
+    async fn list_configs<K>(
+        &self,
+        target: Option<&str>,
+        wanted: &HashSet<&str>,
+        listed: &std::sync::Mutex<HashSet<ConfigKey>>,
+    ) where
         K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
@@ -174,7 +215,7 @@ impl WatchContext {
         }
         let params = params.limit(CONFIG_PAGE_SIZE);
         self.backfill_pages(&api, params, K::KIND.as_str(), target, wanted, |obj: K| {
-            self.backfill_config(obj, wanted)
+            self.backfill_config(obj, wanted, listed)
         })
         .await;
     }
@@ -227,11 +268,17 @@ impl WatchContext {
     }
 
     /// Indexes one listed config if it is in a gained namespace (hashed on the digest pool).
-    async fn backfill_config<K: ConfigSource>(&self, obj: K, wanted: &HashSet<&str>) {
+    async fn backfill_config<K: ConfigSource>(
+        &self,
+        obj: K,
+        wanted: &HashSet<&str>,
+        listed: &std::sync::Mutex<HashSet<ConfigKey>>,
+    ) {
         let Some(namespace) = obj.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
             return;
         };
         let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
+        listed.lock().expect("listed keys").insert(key.clone());
         match self.config_state(obj).await {
             Ok(state) => {
                 self.engine.config_applied(key, state, Phase::Backfill);
@@ -240,6 +287,9 @@ impl WatchContext {
         }
     }
 }
+
+/// How long the config states of a namespace that moved away are kept (see `forget_left`).
+const KEEP_LEFT_CONFIGS: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
 const PER_NAMESPACE_LISTS: usize = 8;
