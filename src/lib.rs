@@ -10,6 +10,7 @@ pub mod decide;
 pub mod digest;
 pub mod engine;
 pub mod explain;
+pub mod go_values;
 pub mod http;
 pub mod index;
 pub mod model;

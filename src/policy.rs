@@ -8,6 +8,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::config::AnnotationKeys;
+use crate::go_values::parse_go_duration;
 use crate::model::ConfigKind;
 
 /// A tri-state bool annotation, as Reloader reads it: absent or empty is `Unset` (lets
@@ -24,7 +25,7 @@ impl Toggle {
     pub fn parse(value: Option<&str>) -> Toggle {
         match value {
             None | Some("") => Toggle::Unset,
-            Some(v) => match crate::config::parse_go_bool(v) {
+            Some(v) => match crate::go_values::parse_go_bool(v) {
                 Ok(true) => Toggle::True,
                 _ => Toggle::False,
             },
@@ -34,7 +35,7 @@ impl Toggle {
     /// What is wrong with a non-empty value [`Toggle::parse`] reads as `False` without it being
     /// a false boolean (explain and lint report it; the controller reads it as Reloader does).
     pub fn problem(value: &str) -> Option<String> {
-        (!value.is_empty() && crate::config::parse_go_bool(value).is_err()).then(|| {
+        (!value.is_empty() && crate::go_values::parse_go_bool(value).is_err()).then(|| {
             format!(
                 "'{value}' is not a boolean (Go's ParseBool): it reads as false, which also opts \
                  the workload out of --auto-reload-all"
@@ -547,50 +548,6 @@ fn trace_metadata_only(
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid duration '{0}' (expected a Go duration such as 30s, 5m or 1h30m)")]
-pub struct DurationError(pub String);
-
-/// Go's `time.ParseDuration` for non-negative durations (units ns, us, µs, ms, s, m, h).
-pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
-    let err = || DurationError(input.to_string());
-    let s = input.trim();
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return Err(err());
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        if num_len == 0 {
-            return Err(err());
-        }
-        let number: f64 = rest[..num_len].parse().map_err(|_| err())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let nanos_per_unit = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(err()),
-        };
-        total += number * nanos_per_unit;
-        rest = &rest[unit_len..];
-    }
-    Ok(Duration::from_nanos(total.round() as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -718,18 +675,6 @@ mod tests {
         );
         assert_eq!(p.rollout_strategy, RolloutStrategy::Restart);
         assert_eq!(p.pause_period, Some(Duration::from_secs(5400)));
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("300ms"), Ok(Duration::from_millis(300)));
-        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_go_duration("2h45m10s"), Ok(Duration::from_secs(9910)));
-        for bad in ["", "5", "m", "5x", "-5s", "5 m", "1h-5m"] {
-            assert!(parse_go_duration(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

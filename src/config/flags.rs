@@ -1,16 +1,13 @@
 //! The command line. Names, defaults and env vars are Reloader's, so an existing manifest or Helm
 //! values file keeps its meaning; kube-reloader's own flags come after them.
 
+use std::time::Duration;
+
 use clap::Parser;
 
-/// Go's `strconv.ParseBool`, which Reloader's flags accept (`--flag`, `--flag=true`, `--flag=0`).
-pub fn parse_go_bool(value: &str) -> Result<bool, String> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(format!("'{other}' is not a boolean (true/false)")),
-    }
-}
+use crate::go_values::{
+    go_duration_arg, parse_go_bool, positive_go_duration_arg, serialize_go_duration,
+};
 
 /// Helm's release records (`helm.sh/release.v1`): one per release revision, never mounted.
 pub const DEFAULT_IGNORED_SECRET_TYPES: &str = "helm.sh/release.v1";
@@ -134,8 +131,9 @@ pub struct Flags {
     pub metrics_addr: String,
 
     /// At most one reload per workload per this period (Go duration; 0 turns it off).
-    #[arg(long, default_value = "0s")]
-    pub min_reload_interval: String,
+    #[arg(long, default_value = "0s", value_parser = go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub min_reload_interval: Duration,
 
     /// Sustained patch rate towards the API server. 50/s stays well inside the default API
     /// priority-and-fairness share of a workload controller while rolling 3000 workloads a minute.
@@ -152,17 +150,20 @@ pub struct Flags {
     pub sharding: bool,
 
     /// How long a membership or leader Lease lives without renewal (Go duration).
-    #[arg(long, default_value = "15s")]
-    pub lease_duration: String,
+    #[arg(long, default_value = "15s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub lease_duration: Duration,
 
     /// A replica that could not renew its Lease for this long stops writing (before the Lease
     /// expires and another replica takes over, leaving room for clock skew).
-    #[arg(long, default_value = "10s")]
-    pub renew_deadline: String,
+    #[arg(long, default_value = "10s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub renew_deadline: Duration,
 
     /// How often Leases are renewed and leadership is tried.
-    #[arg(long, default_value = "2s")]
-    pub retry_period: String,
+    #[arg(long, default_value = "2s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub retry_period: Duration,
 
     /// This replica's identity (the pod name, from the downward API).
     #[arg(long = "pod-name", env = "POD_NAME", hide = true)]
@@ -191,8 +192,9 @@ pub struct Flags {
     pub max_patches_per_second_per_tenant: f64,
 
     /// Longest wait between retries of a failing write (Go duration).
-    #[arg(long, default_value = "30s")]
-    pub max_retry_backoff: String,
+    #[arg(long, default_value = "30s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub max_retry_backoff: Duration,
 
     /// Find workloads by LIST instead of watching them: once at start, every 5 minutes, and in
     /// a config's namespace before each change of it is decided (as Reloader does). Turned on

@@ -5,7 +5,7 @@ mod flags;
 mod selector;
 
 pub use annotations::AnnotationKeys;
-pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Flags, parse_go_bool};
+pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Flags};
 pub use selector::reloader_selector_to_label_selector;
 
 use std::time::Duration;
@@ -214,12 +214,6 @@ impl TryFrom<Flags> for Settings {
         if f.patch_burst == 0 {
             return Err(invalid("patch-burst", "must be at least 1"));
         }
-        let min_reload_interval = crate::policy::parse_go_duration(&f.min_reload_interval)
-            .map_err(|e| invalid("min-reload-interval", e.to_string()))?;
-        let max_retry_backoff = crate::policy::parse_go_duration(&f.max_retry_backoff)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| invalid("max-retry-backoff", "must be a positive Go duration"))?;
         let (tenant_label, per_tenant_rate) = tenancy(&f)?;
 
         let shard = shard_settings(&f)?;
@@ -241,14 +235,14 @@ impl TryFrom<Flags> for Settings {
             openshift: f.is_openshift,
             csi_integration: f.enable_csi_integration,
             webhook_url: f.webhook_url.filter(|u| !u.trim().is_empty()),
-            min_reload_interval,
+            min_reload_interval: f.min_reload_interval,
             max_patches_per_second: f.max_patches_per_second,
             patch_burst: f.patch_burst,
             digest_workers: f.digest_workers,
             ignored_secret_types,
             tenant_label,
             per_tenant_rate,
-            max_retry_backoff,
+            max_retry_backoff: f.max_retry_backoff,
             shard,
             access: Default::default(),
             list_workloads: f.list_workloads,
@@ -360,20 +354,8 @@ fn shard_settings(
                     "needs POD_NAMESPACE (where the Leases live) in the environment",
                 )
             })?;
-        let duration = |name: &'static str, v: &str| {
-            crate::policy::parse_go_duration(v)
-                .map_err(|e| invalid(name, e.to_string()))
-                .and_then(|d| {
-                    if d.is_zero() {
-                        Err(invalid(name, "must be positive"))
-                    } else {
-                        Ok(d)
-                    }
-                })
-        };
-        let lease_duration = duration("lease-duration", &f.lease_duration)?;
-        let renew_deadline = duration("renew-deadline", &f.renew_deadline)?;
-        let retry_period = duration("retry-period", &f.retry_period)?;
+        let (lease_duration, renew_deadline, retry_period) =
+            (f.lease_duration, f.renew_deadline, f.retry_period);
         if renew_deadline >= lease_duration {
             return Err(invalid(
                 "renew-deadline",
@@ -520,5 +502,18 @@ mod tests {
     fn zero_rate_is_rejected() {
         let err = settings(&["--max-patches-per-second", "0"]).unwrap_err();
         assert!(err.to_string().contains("max-patches-per-second"));
+    }
+
+    #[test]
+    fn duration_flags_are_go_durations_shown_as_go_prints_them() {
+        let flags = Flags::try_parse_from(["kube-reloader", "--min-reload-interval=90s"]).unwrap();
+        assert_eq!(flags.min_reload_interval, Duration::from_secs(90));
+        let shown = serde_json::to_value(&flags).unwrap();
+        assert_eq!(shown["minReloadInterval"], "1m30s");
+        assert_eq!(shown["leaseDuration"], "15s");
+        for bad in ["--lease-duration=0s", "--max-retry-backoff=0", "--retry-period=soon"] {
+            assert!(Flags::try_parse_from(["kube-reloader", bad]).is_err(), "{bad}");
+        }
+        assert!(Flags::try_parse_from(["kube-reloader", "--min-reload-interval=0s"]).is_ok());
     }
 }
