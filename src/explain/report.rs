@@ -456,11 +456,6 @@ pub fn explain(
     }
 }
 
-/// The no-reason of a report, if it says no (lint uses it).
-pub fn no_reason(report: &ConfigReport) -> Option<&'static str> {
-    (!report.reload).then_some(report.reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

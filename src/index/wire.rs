@@ -1,12 +1,12 @@
 //! A workload as the watches and the backfill decode it: what the index reads and nothing else.
 //!
-//! Decoded as a `DynamicObject`, every workload became a JSON tree of its whole spec, status and
-//! managedFields, and its pod template was then decoded a second time from that tree. Here the
-//! reader skips what the index never reads (managedFields, status, the rest of the spec) without
-//! building it, and keeps the pod template as its raw JSON text, parsed once by
-//! [`super::build`]. The template stays raw rather than typed so that one object whose template
-//! does not fit `PodTemplateSpec` (a custom resource may hold `cpu: 1` as a number) is skipped
-//! with a warning, as before, instead of failing the decoding of the whole list or watch event.
+//! The reader skips what the index never reads (managedFields, status, the rest of the spec)
+//! without building it, and keeps the pod template as its raw JSON text, parsed once by
+//! [`super::build`]: a `DynamicObject` would build a JSON tree of the whole object and decode the
+//! template a second time from it. The template stays raw rather than typed so that one object
+//! whose template does not fit `PodTemplateSpec` (a custom resource may hold `cpu: 1` as a
+//! number) is skipped with a warning instead of failing the decoding of the whole list or watch
+//! event.
 //! A raw value is read only straight from the bytes, which holds for LIST pages and for watch
 //! events whose `type` precedes their `object`, the order kube-apiserver writes them in.
 
@@ -31,7 +31,7 @@ pub struct WorkloadObject {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WorkloadSpec {
-    /// Any JSON: only `true` means paused, as before.
+    /// Any JSON: only `true` means paused (what Kubernetes and Reloader read).
     #[serde(default)]
     paused: Option<serde_json::Value>,
     #[serde(default)]

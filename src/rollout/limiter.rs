@@ -136,8 +136,10 @@ impl PriorityLimiter {
         }
     }
 
-    /// Takes a cell if one is free now and nobody is waiting for it.
-    pub fn try_take(&self) -> bool {
+    /// Takes a cell if one is free now and nobody is waiting for it. The tests' probe of the
+    /// bucket: the write path always waits its turn with `take`.
+    #[cfg(test)]
+    pub(crate) fn try_take(&self) -> bool {
         !self.more_urgent_waiting(PRIORITIES) && self.rate.check().is_ok()
     }
 

@@ -382,8 +382,8 @@ mod tests {
             "the last completed assignment stays previous"
         );
         assert!(!view.released_previous, "generation 3 has its own handover");
-        // ...and the loop then completes generation 2: nothing changes (this used to put
-        // generation 2 back and leave the replica acting on it for good).
+        // ...and the loop then completes generation 2: nothing changes (putting generation 2
+        // back would leave the replica acting on it for good).
         assert!(!view.complete_handover(2));
         assert!(!view.release_previous(2));
         assert_eq!(view.generation(), Some(3));
