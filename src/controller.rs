@@ -15,6 +15,7 @@ use crate::digest::DigestPool;
 use crate::engine::Engine;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
+use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::{
     KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
@@ -23,7 +24,6 @@ use crate::shard::coordinator::{Coordinator, ShardError};
 use crate::shard::leader_lock::LeaderLock;
 use crate::shard::{Ownership, ShardState};
 use crate::telemetry::api_requests::CountRequestsLayer;
-use crate::telemetry::events::EventSink;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
 use crate::watch::WatchContext;
@@ -109,10 +109,10 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let client = kube_client(&metrics).await?;
     detect_openshift(&client, &mut settings).await;
     let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
-    settings.access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
+    let access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
+    settings.rbac_listed_kinds = access.listed_kinds();
     metrics.set_access_fallbacks(
-        settings
-            .access
+        access
             .active_fallbacks()
             .into_iter()
             .map(|f| f.metric_label()),
@@ -121,7 +121,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         warn!("--list-workloads: every workload kind is found by LIST, not watched");
     }
     // Active/standby on the leader Lease alone: one replica, unsharded, while it leads.
-    let leader_lock = match settings.access.uses(Fallback::LeaderLockOnly) {
+    let leader_lock = match access.uses(Fallback::LeaderLockOnly) {
         true => settings
             .shard
             .take()
@@ -130,7 +130,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     };
     let settings = Arc::new(settings);
     if let Some(meta_info) = meta_info {
-        let by_update = settings.access.uses(Fallback::MetaInfoByUpdate);
+        let by_update = access.uses(Fallback::MetaInfoByUpdate);
         meta_info.publish(&client, by_update).await;
     }
     let pod_name = std::env::var("POD_NAME").ok();
@@ -143,7 +143,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     // One write budget for reloads, their Events and pause resumes.
     let limiter = write_limiter(queue_settings.max_per_second, queue_settings.burst);
     let events = EventSink::new(client.clone(), pod_name.clone())
-        .core_events(settings.access.uses(Fallback::CoreEvents))
+        .core_events(access.uses(Fallback::CoreEvents))
         .gated(ownership.clone(), limiter.clone());
     let pauses = PauseKeeper::new(
         client.clone(),
@@ -199,6 +199,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         index: index.clone(),
         ownership: ownership.clone(),
         settings: settings.clone(),
+        access,
         ignored_secrets: watches.ignored_secret_types(),
         queue: Box::new(crate::explain::live::queue_inspector(
             engine.queue().clone(),

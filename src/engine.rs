@@ -13,7 +13,7 @@ use crate::decide::{
 };
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::ConfigKey;
-use crate::rollout::template::TemplateChange;
+use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
 
@@ -166,7 +166,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             deleted,
             affected = tracing::field::Empty,
         );
-        crate::telemetry::tracing::annotate_config(&span, key);
+        crate::spans::annotate_config(&span, key);
         if let Some(webhook) = &self.webhook {
             if !state.ignore {
                 span.in_scope(|| webhook.config_changed(key));
@@ -266,7 +266,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             coalesced_with = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
-        crate::telemetry::tracing::annotate_workload(&span, &entry.key);
+        crate::spans::annotate_workload(&span, &entry.key);
         self.queue.enqueue_as(
             entry.key.clone(),
             QueuedChange {

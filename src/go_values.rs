@@ -57,7 +57,6 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_nanos(total.round() as u64))
 }
 
-
 /// [`parse_go_duration`] for a clap `value_parser`.
 pub fn go_duration_arg(input: &str) -> Result<Duration, String> {
     parse_go_duration(input).map_err(|e| e.to_string())

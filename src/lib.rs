@@ -1,23 +1,56 @@
 //! kube-reloader: rolls Kubernetes workloads when the ConfigMaps, Secrets or CSI secrets they use
-//! change. The data path, one module per stage:
-//! watch -> digest -> index -> decide -> rollout (queue, limiter, patch).
+//! change. The modules below follow a config change: the shared leaves and the settings, the
+//! pure rules, then the stages an event passes through (watch -> digest -> index -> engine ->
+//! rollout), then the edges. The import graph has no cycle (docs/architecture.md).
 
-pub mod access;
-pub mod alert;
-pub mod config;
-pub mod controller;
-pub mod decide;
-pub mod digest;
-pub mod engine;
-pub mod explain;
+// Shared leaves: identities, Kubernetes resources, Go-format values, span attributes.
+/// Booleans and durations as Reloader's Go flags and annotations write them.
 pub mod go_values;
-pub mod http;
-pub mod index;
+/// Plain identities (config and workload keys, kinds) every stage shares.
 pub mod model;
-pub mod policy;
-pub mod references;
+/// The API resource of each kind read or written.
 pub mod resources;
-pub mod rollout;
+/// Span attributes of a reload (OpenTelemetry semantic conventions).
+pub mod spans;
+
+// Settings and what follows from them.
+/// What RBAC lets this identity do, reviewed at start, and the fallbacks that follows.
+pub mod access;
+/// Reloader's flags and the validated settings built from them.
+pub mod config;
+/// Which namespaces this replica acts on: selectors, Leases, the shard assignment, handover.
 pub mod shard;
-pub mod telemetry;
+
+// Pure rules.
+/// The reload decision for one (changed config, workload) pair.
+pub mod decide;
+/// A workload's reload policy, parsed once from its annotations.
+pub mod policy;
+/// Which configs a pod template uses and which container gets the reload env var.
+pub mod references;
+/// What Reloader writes: hash recipes, env var and annotation names, template edits.
+pub mod reloader_format;
+
+// The data path, in the order a config event meets it.
+/// Alerts after reloads (Slack, Teams, Google Chat, webhook) and `--webhook-url`.
+pub mod alert;
+/// Payload digests on a worker pool off the async runtime; payloads are never kept.
+pub mod digest;
+/// Index events -> decisions -> queued writes.
+pub mod engine;
+/// The reverse index: config -> workloads, with what is remembered of each.
+pub mod index;
+/// The one write path: the fair, coalescing, rate-limited queue, the writer, Events, pauses.
+pub mod rollout;
+/// The watches (and listed fallbacks) that feed the engine.
 pub mod watch;
+
+// Edges: what the outside sees and asks.
+/// Wires the stages together and runs them.
+pub mod controller;
+/// `explain`, `lint` and `/debug/explain`: verdicts from the controller's own code.
+pub mod explain;
+/// The admin endpoint: metrics, probes, `/debug/explain`, profiles.
+pub mod http;
+/// Logs, trace export, metrics, the meta-info ConfigMap.
+pub mod telemetry;

@@ -4,9 +4,10 @@
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::{ApiResource, GroupVersionKind};
 
-use crate::model::WorkloadKind;
+use crate::model::{WorkloadKey, WorkloadKind};
 
 /// The API resource of each workload kind.
 pub fn api_resource(kind: WorkloadKind) -> ApiResource {
@@ -45,4 +46,17 @@ pub fn spc_resource() -> ApiResource {
         &GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClass"),
         "secretproviderclasses",
     )
+}
+
+/// The `involvedObject` / `regarding` reference of an Event about a workload.
+pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectReference {
+    let ar = api_resource(key.kind);
+    ObjectReference {
+        api_version: Some(ar.api_version),
+        kind: Some(ar.kind),
+        name: Some(key.name.to_string()),
+        namespace: Some(key.namespace.to_string()),
+        uid,
+        ..Default::default()
+    }
 }

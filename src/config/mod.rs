@@ -84,9 +84,10 @@ pub struct Settings {
     pub per_tenant_rate: Option<f64>,
     pub max_retry_backoff: Duration,
     /// Leases and shard assignment, with `--sharding` or `--enable-ha`.
-    pub shard: Option<crate::shard::coordinator::ShardSettings>,
-    /// The fallbacks RBAC made necessary, found at start (`access::review`); none until then.
-    pub access: crate::access::AccessPlan,
+    pub shard: Option<crate::shard::ShardSettings>,
+    /// Workload kinds RBAC lets this replica list but not watch, found at start by the access
+    /// review (`crate::access`); none until then.
+    pub rbac_listed_kinds: std::collections::BTreeSet<WorkloadKind>,
     /// `--list-workloads`: every workload kind is found by LIST, whatever RBAC allows.
     pub list_workloads: bool,
 }
@@ -128,7 +129,7 @@ impl Settings {
                 .into_iter()
                 .filter(|k| self.handles_workload(*k))
                 .collect(),
-            false => self.access.listed_kinds(),
+            false => self.rbac_listed_kinds.clone(),
         }
     }
 
@@ -244,7 +245,7 @@ impl TryFrom<Flags> for Settings {
             per_tenant_rate,
             max_retry_backoff: f.max_retry_backoff,
             shard,
-            access: Default::default(),
+            rbac_listed_kinds: Default::default(),
             list_workloads: f.list_workloads,
         })
     }
@@ -329,9 +330,7 @@ fn tenancy(f: &Flags) -> Result<(Option<String>, Option<f64>), ConfigError> {
 }
 
 /// `--sharding` or `--enable-ha`: the replica's identity and the Lease timings.
-fn shard_settings(
-    f: &Flags,
-) -> Result<Option<crate::shard::coordinator::ShardSettings>, ConfigError> {
+fn shard_settings(f: &Flags) -> Result<Option<crate::shard::ShardSettings>, ConfigError> {
     let shard = if f.sharding || f.enable_ha {
         let flag = if f.sharding { "sharding" } else { "enable-ha" };
         let me = f
@@ -368,7 +367,7 @@ fn shard_settings(
                 "must be shorter than --renew-deadline",
             ));
         }
-        Some(crate::shard::coordinator::ShardSettings {
+        Some(crate::shard::ShardSettings {
             namespace,
             me,
             sharding: f.sharding,
@@ -511,8 +510,15 @@ mod tests {
         let shown = serde_json::to_value(&flags).unwrap();
         assert_eq!(shown["minReloadInterval"], "1m30s");
         assert_eq!(shown["leaseDuration"], "15s");
-        for bad in ["--lease-duration=0s", "--max-retry-backoff=0", "--retry-period=soon"] {
-            assert!(Flags::try_parse_from(["kube-reloader", bad]).is_err(), "{bad}");
+        for bad in [
+            "--lease-duration=0s",
+            "--max-retry-backoff=0",
+            "--retry-period=soon",
+        ] {
+            assert!(
+                Flags::try_parse_from(["kube-reloader", bad]).is_err(),
+                "{bad}"
+            );
         }
         assert!(Flags::try_parse_from(["kube-reloader", "--min-reload-interval=0s"]).is_ok());
     }

@@ -1,8 +1,11 @@
-//! Reduces a config payload to what the controller keeps: a blake3 change detector and the
-//! Reloader SHA-1 that is written into workloads. Payloads are consumed here and never stored.
+//! Reduces a config payload to what the controller keeps, on a worker pool off the async
+//! runtime: a blake3 change detector and the Reloader SHA-1 that is written into workloads
+//! (the recipes are [`crate::reloader_format::hash`]). Payloads are consumed here and never
+//! stored.
 
 mod pool;
-mod recipes;
 
+pub use crate::reloader_format::hash::{
+    ConfigPayload, DELETE_MARKER, Digest, digest_payload, reloader_sha1_hex,
+};
 pub use pool::{DigestPool, DigestPoolClosed};
-pub use recipes::{ConfigPayload, DELETE_MARKER, Digest, digest_payload, reloader_sha1_hex};

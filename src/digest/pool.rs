@@ -6,7 +6,7 @@ use std::thread;
 use crossbeam_channel::{Receiver, Sender, bounded};
 use tokio::sync::oneshot;
 
-use super::recipes::{ConfigPayload, Digest, digest_payload};
+use crate::reloader_format::hash::{ConfigPayload, Digest, digest_payload};
 
 /// The pool is gone (the process is shutting down).
 #[derive(Debug, thiserror::Error)]

@@ -16,8 +16,8 @@ use crate::digest::{ConfigPayload, digest_payload};
 use crate::index::{WorkloadEntry, workload_entry};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::policy::{PolicyReading, ReloadPolicy, config_flag};
+use crate::reloader_format::template::{LastReloadedFrom, recorded_hash};
 use crate::resources::api_resource;
-use crate::rollout::template::{LastReloadedFrom, recorded_hash};
 use crate::watch::ConfigSource;
 
 use super::report::{ConfigSeen, NamespaceFacts};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::access::AccessPlan;
 use crate::config::Settings;
 use crate::index::ReverseIndex;
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
@@ -93,8 +94,7 @@ pub struct FallbackReport {
     pub cost: &'static str,
 }
 
-fn access_report(settings: &Settings, kind: WorkloadKind) -> AccessReport {
-    let plan = &settings.access;
+fn access_report(settings: &Settings, plan: &AccessPlan, kind: WorkloadKind) -> AccessReport {
     let fallbacks = plan
         .active_fallbacks()
         .into_iter()
@@ -116,6 +116,8 @@ pub struct LiveExplainer {
     pub index: Arc<ReverseIndex>,
     pub ownership: Arc<Ownership>,
     pub settings: Arc<Settings>,
+    /// What the access review at start found (fallbacks and the rules they stand in for).
+    pub access: AccessPlan,
     /// Used Secrets of an ignored type (never indexed): the verdict for them is no, as for the
     /// controller, which never sees them.
     pub ignored_secrets: crate::watch::IgnoredSecretTypes,
@@ -211,7 +213,7 @@ impl LiveExplainer {
             shard: self.shard(namespace),
             queue: self.queue.queue_state(&key),
             explanation,
-            access: access_report(&self.settings, kind),
+            access: access_report(&self.settings, &self.access, kind),
         }
     }
 }
@@ -295,6 +297,7 @@ mod tests {
             index,
             ownership: Arc::new(Ownership::new(["other".to_string()], false)),
             settings: Arc::new(Settings::try_from(flags.unwrap()).unwrap()),
+            access: AccessPlan::default(),
             ignored_secrets: Default::default(),
             queue: Box::new(move |_: &WorkloadKey| queue.clone()),
         }
@@ -363,9 +366,10 @@ mod tests {
         assert!(a.access.fallbacks.is_empty());
         let mut settings = (*live.settings).clone();
         let requirements = crate::access::requirements(&settings, None);
-        settings.access = crate::access::plan(&requirements, |r| {
+        live.access = crate::access::plan(&requirements, |r| {
             !(r.resource == "deployments" && r.verb == "watch")
         });
+        settings.rbac_listed_kinds = live.access.listed_kinds();
         live.settings = Arc::new(settings);
         let a = live.answer(WorkloadKind::Deployment, "ns", "web", None);
         assert_eq!(a.access.workload_source, "list");

@@ -17,7 +17,7 @@ use crate::index::WorkloadEntry;
 use crate::model::{ConfigKind, WorkloadKind};
 use crate::policy::{AnnotationRead, NamePattern, Toggle};
 use crate::references::{UseHow, choose_container, mounting_containers, visit_use_sites};
-use crate::rollout::naming::reload_env_var;
+use crate::reloader_format::naming::reload_env_var;
 
 /// What is known of one config of the workload's namespace.
 #[derive(Debug, Clone, Default)]

@@ -11,7 +11,7 @@ use crate::config::AnnotationKeys;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
 use crate::policy::{NamePattern, ReloadPolicy};
 use crate::references::config_uses;
-use crate::rollout::template::recorded_hash;
+use crate::reloader_format::template::recorded_hash;
 
 use super::wire::WorkloadObject;
 use super::{IndexedUse, WorkloadEntry};

@@ -144,14 +144,20 @@ fn a_namespace_that_left_keeps_its_config_states_for_the_backfill() {
     let mut kept = state(1);
     kept.resource_version = 10;
     idx.apply_config(cm("c1"), kept);
-    idx.apply_config(ConfigKey::new(ConfigKind::ConfigMap, "other", "x"), state(1));
+    idx.apply_config(
+        ConfigKey::new(ConfigKind::ConfigMap, "other", "x"),
+        state(1),
+    );
     idx.drop_workloads_in("ns");
     assert_eq!(idx.sizes().workloads, 0);
     let versions = idx.config_versions_in(&std::collections::HashSet::from(["ns"]));
     assert_eq!(versions, vec![(cm("c1"), 10)]);
     let mut newer = state(2);
     newer.resource_version = 12;
-    assert_eq!(idx.backfill_config(cm("c1"), newer), ConfigTransition::Changed);
+    assert_eq!(
+        idx.backfill_config(cm("c1"), newer),
+        ConfigTransition::Changed
+    );
 }
 
 #[test]

@@ -24,9 +24,9 @@ use tracing::warn;
 use crate::index::{ConfigState, ReverseIndex};
 use crate::model::{ConfigKey, ConfigKind};
 
+use super::queue::classify;
 use super::queue::{QueuedChange, WriteError};
-use super::template::TemplateChange;
-use super::writer::classify;
+use crate::reloader_format::template::TemplateChange;
 
 /// How long a write waits for this replica's view of a config to catch up with the API server
 /// before it writes what the index has (a config that left the label selector, say, never

@@ -3,12 +3,11 @@
 //! across tenants.
 
 pub mod config_view;
+pub mod events;
 pub mod limiter;
-pub mod naming;
 pub mod pause;
 pub mod queue;
 pub mod scheduler;
-pub mod template;
 pub mod tenants;
 pub mod writer;
 

@@ -28,8 +28,8 @@ use super::scheduler::{
     Coalesce, Completion, Dispatch, Priority, QueueStats, Scheduler, SchedulerSettings,
     WorkloadQueueState, default_jitter,
 };
-use super::template::TemplateChange;
 use super::tenants::Tenants;
+use crate::reloader_format::template::TemplateChange;
 
 /// A change waiting for its workload's write, with where it came from.
 #[derive(Debug, Clone)]
@@ -571,6 +571,20 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
 
 /// How often a held write checks again whether it may go out.
 const HOLD_RETRY: Duration = Duration::from_millis(100);
+
+/// Classifies an API error for the queue's retry policy.
+pub fn classify(error: kube::Error) -> WriteError {
+    match &error {
+        kube::Error::Api(status) => match status.code {
+            409 => WriteError::Conflict(status.message.clone()),
+            // A failed JSON Patch `test` (the resourceVersion moved) is a conflict too.
+            422 if status.message.contains("test") => WriteError::Conflict(status.message.clone()),
+            429 | 500..=599 => WriteError::Transient(format!("{} {}", status.code, status.message)),
+            _ => WriteError::Permanent(format!("{} {}", status.code, status.message)),
+        },
+        _ => WriteError::Transient(error.to_string()),
+    }
+}
 
 #[cfg(test)]
 mod tests;

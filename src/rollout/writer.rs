@@ -15,38 +15,26 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
     PropagationPolicy,
 };
+use opentelemetry::trace::Status;
 use serde_json::{Value, json};
-use tracing::{Instrument, debug, info, info_span};
+use tracing::{Instrument, Span, debug, info, info_span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{AnnotationKeys, Settings};
 use crate::index::ReverseIndex;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::policy::{RolloutStrategy, pause_period_of, rollout_strategy_of};
-use crate::resources::api_resource;
+use crate::reloader_format::template::{TemplateChange, edit_template, json_patch_ops};
+use crate::resources::{api_resource, workload_reference};
 use crate::shard::Ownership;
-use crate::telemetry::events::{EventSink, failed_message, reloaded_message, workload_reference};
 
 use super::config_view::ConfigViews;
+use super::events::{EventSink, failed_message, reloaded_message};
 use super::pause::PauseKeeper;
-use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn};
-use super::template::{TemplateChange, edit_template, json_patch_ops};
+use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn, classify};
 
 /// A limiter wait longer than this re-reads the workload before writing (once per attempt).
 const REREAD_AFTER_WAIT: Duration = Duration::from_millis(200);
-
-/// Classifies an API error for the queue's retry policy.
-pub fn classify(error: kube::Error) -> WriteError {
-    match &error {
-        kube::Error::Api(status) => match status.code {
-            409 => WriteError::Conflict(status.message.clone()),
-            // A failed JSON Patch `test` (the resourceVersion moved) is a conflict too.
-            422 if status.message.contains("test") => WriteError::Conflict(status.message.clone()),
-            429 | 500..=599 => WriteError::Transient(format!("{} {}", status.code, status.message)),
-            _ => WriteError::Permanent(format!("{} {}", status.code, status.message)),
-        },
-        _ => WriteError::Transient(error.to_string()),
-    }
-}
 
 /// A JSON Patch whose `test` of the resourceVersion fails gets a bare 422 (reason Invalid, no
 /// causes, no hint of the test), as does an op that no longer applies to the current object. The
@@ -188,7 +176,7 @@ impl KubeWriter {
         };
         let uid = object.metadata.uid.clone();
         let reference = workload_reference(key, uid);
-        let trace_id = crate::telemetry::current_trace_id();
+        let trace_id = crate::spans::current_trace_id();
         for config in &written {
             info!(
                 workload = %key,
@@ -413,7 +401,7 @@ impl WorkloadWriter for Arc<KubeWriter> {
             .write_once(key, changes, turn)
             .instrument(span.clone())
             .await;
-        crate::telemetry::tracing::record_write(&span, &result);
+        record_write(&span, &result);
         // Only a permanent error ends the queue's retries: that is the failure to report.
         if let Err(WriteError::Permanent(error)) = &result {
             self.events
@@ -428,6 +416,25 @@ impl WorkloadWriter for Arc<KubeWriter> {
         self.events
             .reload_failed(&workload_reference(key, None), failed_message(key, &error))
             .await;
+    }
+}
+
+/// Marks a `write` attempt's span with how it ended; a failed attempt is an error span.
+fn record_write(span: &Span, result: &Result<WriteOutcome, WriteError>) {
+    match result {
+        Ok(outcome) => span.set_attribute("result", outcome_label(outcome)),
+        Err(error) => {
+            span.set_attribute("error.type", error.metric_label());
+            span.set_status(Status::error(error.to_string()));
+        }
+    }
+}
+
+fn outcome_label(outcome: &WriteOutcome) -> &'static str {
+    match outcome {
+        WriteOutcome::Reloaded => "reloaded",
+        WriteOutcome::UpToDate => "up_to_date",
+        WriteOutcome::Dropped(_) => "dropped",
     }
 }
 

@@ -24,7 +24,7 @@ pub use super::handover::OwnershipChange;
 use super::handover::{self, HandoverStep};
 use super::lease::{self, Member};
 use super::liveness::Liveness;
-use super::{Assignment, Ownership, ShardState};
+use super::{Assignment, Ownership, ShardSettings, ShardState};
 
 /// Why the coordinator stopped or a step of it failed. Its loops retry API errors, so a loop
 /// that returns is a bug or a lost watch; the controller exits on it.
@@ -43,17 +43,6 @@ pub enum ShardError {
 }
 
 pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";
-
-#[derive(Debug, Clone)]
-pub struct ShardSettings {
-    pub namespace: String,
-    pub me: String,
-    /// Split namespaces over all live replicas; false: plain `--enable-ha` (the leader does all).
-    pub sharding: bool,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-}
 
 pub struct Coordinator {
     client: Client,

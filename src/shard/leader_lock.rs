@@ -13,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
-use super::coordinator::ShardSettings;
+use super::ShardSettings;
 use super::lease;
 use super::liveness::Liveness;
 

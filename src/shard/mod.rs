@@ -22,6 +22,18 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashSet;
 
+/// The replica set's settings (`--enable-ha`, `--sharding`, the Lease timings).
+#[derive(Debug, Clone)]
+pub struct ShardSettings {
+    pub namespace: String,
+    pub me: String,
+    /// Split namespaces over all live replicas; false: plain `--enable-ha` (the leader does all).
+    pub sharding: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
 #[derive(Debug)]
 pub struct ShardState {
     pub me: String,

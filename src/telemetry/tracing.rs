@@ -12,10 +12,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::{Status, TraceContextExt, TracerProvider as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
 use crate::rollout::{QueuedChange, WriteError, WriteOutcome};
 
 #[derive(Debug, thiserror::Error)]
@@ -73,52 +71,6 @@ where
     tracing_opentelemetry::layer().with_tracer(provider.tracer("kube-reloader"))
 }
 
-/// The current span's trace id (hex), when the span is being traced.
-pub fn current_trace_id() -> Option<String> {
-    let context = tracing::Span::current().context();
-    let span = context.span();
-    let span_context = span.span_context();
-    span_context
-        .is_valid()
-        .then(|| span_context.trace_id().to_string())
-}
-
-/// The semantic-convention attribute naming a workload of `kind`, where OpenTelemetry has one.
-pub fn workload_name_key(kind: WorkloadKind) -> Option<&'static str> {
-    match kind {
-        WorkloadKind::Deployment => Some("k8s.deployment.name"),
-        WorkloadKind::StatefulSet => Some("k8s.statefulset.name"),
-        WorkloadKind::DaemonSet => Some("k8s.daemonset.name"),
-        WorkloadKind::CronJob => Some("k8s.cronjob.name"),
-        WorkloadKind::Job => Some("k8s.job.name"),
-        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => None,
-    }
-}
-
-/// Semantic-convention attributes of a config event's span.
-pub fn annotate_config(span: &Span, config: &ConfigKey) {
-    span.set_attribute("k8s.namespace.name", config.namespace.to_string());
-}
-
-/// Semantic-convention attributes of a workload's `reload` span.
-pub fn annotate_workload(span: &Span, workload: &WorkloadKey) {
-    span.set_attribute("k8s.namespace.name", workload.namespace.to_string());
-    if let Some(key) = workload_name_key(workload.kind) {
-        span.set_attribute(key, workload.name.to_string());
-    }
-}
-
-/// Marks a `write` attempt's span with how it ended; a failed attempt is an error span.
-pub fn record_write(span: &Span, result: &Result<WriteOutcome, WriteError>) {
-    match result {
-        Ok(outcome) => span.set_attribute("result", outcome_label(outcome)),
-        Err(error) => {
-            span.set_attribute("error.type", error.metric_label());
-            span.set_status(Status::error(error.to_string()));
-        }
-    }
-}
-
 /// After a write: changes that rode on the first change's write are marked `coalesced` and
 /// linked to the span that wrote them; a failed write is an error in every change's trace.
 pub fn record_finished(changes: &[QueuedChange], result: &Result<WriteOutcome, WriteError>) {
@@ -138,36 +90,5 @@ pub fn record_finished(changes: &[QueuedChange], result: &Result<WriteOutcome, W
                 .set_attribute("error.type", error.metric_label());
             change.span.set_status(Status::error(error.to_string()));
         }
-    }
-}
-
-fn outcome_label(outcome: &WriteOutcome) -> &'static str {
-    match outcome {
-        WriteOutcome::Reloaded => "reloaded",
-        WriteOutcome::UpToDate => "up_to_date",
-        WriteOutcome::Dropped(_) => "dropped",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn semantic_convention_names_for_the_kinds_that_have_one() {
-        assert_eq!(
-            workload_name_key(WorkloadKind::Deployment),
-            Some("k8s.deployment.name")
-        );
-        assert_eq!(
-            workload_name_key(WorkloadKind::CronJob),
-            Some("k8s.cronjob.name")
-        );
-        assert_eq!(workload_name_key(WorkloadKind::Rollout), None);
-        let named = WorkloadKind::ALL
-            .iter()
-            .filter(|k| workload_name_key(**k).is_some())
-            .count();
-        assert_eq!(named, 5);
     }
 }

@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
 use crate::resources::api_resource;
-use crate::telemetry::events::workload_reference;
+use crate::resources::workload_reference;
 
 use super::WatchContext;
 use super::WatchError;

@@ -31,11 +31,11 @@ use crate::config::{NamespaceScope, Settings};
 use crate::digest::DigestPool;
 use crate::engine::{ConfigEvents, ConfigObserver, Engine};
 use crate::index::ReverseIndex;
+use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::tenants::Tenants;
 use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::shard::Ownership;
-use crate::telemetry::events::EventSink;
 
 pub use configs::ConfigSource;
 pub use ignored_secrets::IgnoredSecretTypes;

@@ -12,7 +12,7 @@ use crate::engine::Phase;
 use crate::index::{WorkloadObject, workload_entry_from_object};
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
-use crate::telemetry::events::workload_reference;
+use crate::resources::workload_reference;
 
 use super::driver::{IndexVerbs, drive};
 use super::{

@@ -1,17 +1,16 @@
 //! Kubernetes Events on workloads, with Reloader's reasons and message texts.
 
-use crate::rollout::TurnPriority;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
-use kube::Client;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::{debug, warn};
 
 use crate::model::{ConfigKey, WorkloadKey};
-use crate::resources::api_resource;
-use crate::rollout::WriteLimiter;
 use crate::shard::Ownership;
+
+use super::{TurnPriority, WriteLimiter};
 
 /// Publishes each Event as its own object. kube's `Recorder` folds every Event with the same
 /// type, reason and object into one series that keeps the first note, so a second reload (another
@@ -35,18 +34,6 @@ pub struct EventSink {
 struct EventGate {
     ownership: Arc<Ownership>,
     limiter: WriteLimiter,
-}
-
-pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectReference {
-    let ar = api_resource(key.kind);
-    ObjectReference {
-        api_version: Some(ar.api_version),
-        kind: Some(ar.kind),
-        name: Some(key.name.to_string()),
-        namespace: Some(key.namespace.to_string()),
-        uid,
-        ..Default::default()
-    }
 }
 
 /// Reloader's success message, plus the trace id when tracing is on.

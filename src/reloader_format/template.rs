@@ -5,8 +5,8 @@
 use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::{Map, Value, json};
 
+use super::hash::{DELETE_MARKER, reloader_sha1_hex};
 use crate::config::{AnnotationKeys, ReloadStrategy};
-use crate::digest::{DELETE_MARKER, reloader_sha1_hex};
 use crate::model::{ConfigKey, WorkloadKind};
 use crate::references::choose_container;
 

@@ -1,0 +1,67 @@
+//! The span attributes every stage sets on the spans of a reload (OpenTelemetry semantic
+//! conventions), and the trace id a written Event or log line links to. Exporting the spans is
+//! `telemetry::tracing`'s.
+
+use opentelemetry::trace::TraceContextExt;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
+
+/// The current span's trace id (hex), when the span is being traced.
+pub fn current_trace_id() -> Option<String> {
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let span_context = span.span_context();
+    span_context
+        .is_valid()
+        .then(|| span_context.trace_id().to_string())
+}
+
+/// The semantic-convention attribute naming a workload of `kind`, where OpenTelemetry has one.
+pub fn workload_name_key(kind: WorkloadKind) -> Option<&'static str> {
+    match kind {
+        WorkloadKind::Deployment => Some("k8s.deployment.name"),
+        WorkloadKind::StatefulSet => Some("k8s.statefulset.name"),
+        WorkloadKind::DaemonSet => Some("k8s.daemonset.name"),
+        WorkloadKind::CronJob => Some("k8s.cronjob.name"),
+        WorkloadKind::Job => Some("k8s.job.name"),
+        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => None,
+    }
+}
+
+/// Semantic-convention attributes of a config event's span.
+pub fn annotate_config(span: &Span, config: &ConfigKey) {
+    span.set_attribute("k8s.namespace.name", config.namespace.to_string());
+}
+
+/// Semantic-convention attributes of a workload's `reload` span.
+pub fn annotate_workload(span: &Span, workload: &WorkloadKey) {
+    span.set_attribute("k8s.namespace.name", workload.namespace.to_string());
+    if let Some(key) = workload_name_key(workload.kind) {
+        span.set_attribute(key, workload.name.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn semantic_convention_names_for_the_kinds_that_have_one() {
+        assert_eq!(
+            workload_name_key(WorkloadKind::Deployment),
+            Some("k8s.deployment.name")
+        );
+        assert_eq!(
+            workload_name_key(WorkloadKind::CronJob),
+            Some("k8s.cronjob.name")
+        );
+        assert_eq!(workload_name_key(WorkloadKind::Rollout), None);
+        let named = WorkloadKind::ALL
+            .iter()
+            .filter(|k| workload_name_key(**k).is_some())
+            .count();
+        assert_eq!(named, 5);
+    }
+}
