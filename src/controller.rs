@@ -185,14 +185,8 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     } else {
         DigestPool::new(settings.digest_workers)
     };
-    let watches = WatchContext::new(
-        client,
-        engine.clone(),
-        pool,
-        events,
-        pauses,
-        metrics.clone(),
-    );
+    let intake = Arc::new(crate::engine::Intake::new(engine.clone(), events, pauses));
+    let watches = WatchContext::new(client, intake, pool, metrics.clone());
 
     let ready_probe = watches.clone();
     let explain = crate::explain::live::LiveExplainer {

@@ -1,6 +1,7 @@
 //! The engine turns index events into queued writes: a config changed -> its candidate workloads
 //! -> the decision -> the queue. It also finds, after a (re)sync, workloads whose recorded hash no
-//! longer matches their config, so no change is lost while the controller was down.
+//! longer matches their config, so no change is lost while the controller was down. What the
+//! watches decode reaches it through [`Intake`], the only writer of controller state.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +17,9 @@ use crate::model::ConfigKey;
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
+
+mod intake;
+pub use intake::{Intake, KEEP_LEFT_CONFIGS, SecretNotice};
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).
 pub trait ConfigObserver: Send + Sync + 'static {

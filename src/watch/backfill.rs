@@ -46,30 +46,12 @@ impl WatchContext {
             for ns in &change.left {
                 if !self.ownership.owns(ns) {
                     info!(namespace = %ns, "namespace moved to another replica, forgetting it");
-                    self.forget_left(ns);
+                    self.engine.namespace_moved_away(ns);
                 }
             }
             link.coordinator.synced(change.generation);
         }
         Err(WatchError::CoordinatorStopped)
-    }
-
-    /// Forgets a namespace that moved away: its workloads now, its configs after
-    /// [`KEEP_LEFT_CONFIGS`] unless it came back. A namespace that moves away and back within
-    /// seconds (a paused replica returning) is then backfilled against the config states this
-    /// replica last acted on, so a change made meanwhile is a change (`backfill_config`), not
-    /// a creation: a workload that was never reloaded records no hash for the reconcile to
-    /// compare, and such a change would be lost.
-    fn forget_left(self: &Arc<Self>, namespace: &str) {
-        self.index.drop_workloads_in(namespace);
-        let ctx = self.clone();
-        let namespace = namespace.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep(KEEP_LEFT_CONFIGS).await;
-            if !ctx.ownership.owns(&namespace) {
-                ctx.index.drop_namespace(&namespace);
-            }
-        });
     }
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
@@ -107,7 +89,7 @@ impl WatchContext {
                 NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
             }
         };
-        // Config states kept from before the namespace moved away (`forget_left`).
+        // Config states kept from before the namespace moved away (`Intake::namespace_moved_away`).
         let kept = self.index.config_versions_in(wanted);
         let listed = std::sync::Mutex::new(HashSet::new());
         for target in &targets {
@@ -180,15 +162,11 @@ impl WatchContext {
     }
 
     /// A kept config the backfill did not list, and no watch event touched since, was deleted
-    /// while the namespace was away: forgotten without a reload, as it happened unobserved.
+    /// while the namespace was away.
     fn forget_deleted_meanwhile(&self, kept: Vec<(ConfigKey, u64)>, listed: &HashSet<ConfigKey>) {
         for (key, version) in kept {
-            let untouched = self
-                .index
-                .config(&key)
-                .is_some_and(|s| s.resource_version == version);
-            if !listed.contains(&key) && untouched && self.ownership.owns(&key.namespace) {
-                self.index.delete_config(&key);
+            if !listed.contains(&key) {
+                self.engine.config_deleted_unobserved(&key, version);
             }
         }
     }
@@ -287,9 +265,6 @@ impl WatchContext {
         }
     }
 }
-
-/// How long the config states of a namespace that moved away are kept (see `forget_left`).
-const KEEP_LEFT_CONFIGS: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
 const PER_NAMESPACE_LISTS: usize = 8;

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, warn};
 
+use crate::engine::SecretNotice;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
 use crate::resources::api_resource;
 use crate::resources::workload_reference;
@@ -72,29 +73,11 @@ impl Verdicts {
 /// say no for them as the controller does. Written by the check, read by the explainer.
 pub type IgnoredSecretTypes = Arc<dashmap::DashMap<ConfigKey, String, ahash::RandomState>>;
 
-/// A Secret a workload uses that the index did not hold, and when that was seen.
-pub(super) type Notice = (ConfigKey, Instant);
-/// Where workload events report Secrets they use that the index does not hold.
-pub(super) type Notices = mpsc::UnboundedSender<Notice>;
-
 impl WatchContext {
-    /// After a workload was indexed (once ready): its Secrets the index does not hold go to the
-    /// check. `secrets` are the workload's Secret edges.
-    pub(super) fn notice_unindexed_secrets(&self, secrets: Vec<ConfigKey>) {
-        let Some(notices) = &self.ignored_secret_notices else {
-            return;
-        };
-        for key in secrets {
-            if self.index.config(&key).is_none() {
-                let _ = notices.send((key, Instant::now()));
-            }
-        }
-    }
-
     /// The check's task: sweeps the index once, then follows workload notices.
     pub(super) async fn check_ignored_secrets(
         self: Arc<Self>,
-        mut notices: mpsc::UnboundedReceiver<Notice>,
+        mut notices: mpsc::UnboundedReceiver<SecretNotice>,
     ) -> Result<(), WatchError> {
         let mut verdicts = Verdicts::default();
         let mut pace = tokio::time::interval(Duration::from_secs(1) / PROBES_PER_SECOND);
@@ -180,8 +163,8 @@ impl WatchContext {
                 None
             }
         };
-        self.events
-            .ignored_secret_type(&workload_reference(workload, uid), message)
+        self.engine
+            .warn_ignored_secret(&workload_reference(workload, uid), message)
             .await;
     }
 }

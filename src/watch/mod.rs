@@ -29,12 +29,8 @@ use tracing::{info, warn};
 
 use crate::config::{NamespaceScope, Settings};
 use crate::digest::DigestPool;
-use crate::engine::{ConfigEvents, ConfigObserver, Engine};
+use crate::engine::Intake;
 use crate::index::ReverseIndex;
-use crate::rollout::events::EventSink;
-use crate::rollout::pause::PauseKeeper;
-use crate::rollout::tenants::Tenants;
-use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::shard::Ownership;
 
 pub use configs::ConfigSource;
@@ -61,27 +57,16 @@ pub trait WatchObserver: Send + Sync + 'static {
 
 impl WatchObserver for () {}
 
-/// Everything the watches share.
+/// Everything the watches share. What they decode goes to the engine's [`Intake`], the only
+/// writer of controller state; the index is here to read.
 pub struct WatchContext {
     client: Client,
-    engine: Arc<dyn ConfigEvents>,
+    engine: Arc<Intake>,
     index: Arc<ReverseIndex>,
     ownership: Arc<Ownership>,
-    tenants: Arc<Tenants>,
     pool: DigestPool,
     settings: Arc<Settings>,
-    events: EventSink,
-    pauses: PauseKeeper,
     observer: Box<dyn WatchObserver>,
-    /// Bad annotation values already reported, so each gets one Warning, not one per event.
-    reported: dashmap::DashSet<
-        (crate::model::WorkloadKey, crate::policy::PolicyProblem),
-        ahash::RandomState,
-    >,
-    /// Secrets used but not indexed, for the ignored-type check (`None`: no type is ignored).
-    ignored_secret_notices: Option<ignored_secrets::Notices>,
-    ignored_secret_receiver:
-        std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ignored_secrets::Notice>>>,
     ready: AtomicBool,
     /// Workload kinds found by LIST, not watched (RBAC or `--list-workloads`).
     listed: listed::ListedKinds,
@@ -90,38 +75,22 @@ pub struct WatchContext {
 }
 
 impl WatchContext {
-    pub fn new<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver>(
+    pub fn new(
         client: Client,
-        engine: Arc<Engine<W, O, C>>,
+        engine: Arc<Intake>,
         pool: DigestPool,
-        events: EventSink,
-        pauses: PauseKeeper,
         observer: impl WatchObserver,
     ) -> Arc<Self> {
-        let settings = engine.settings.clone();
-        let check_types = !settings.ignored_secret_types.is_empty()
-            && settings.watches_config(crate::model::ConfigKind::Secret);
-        let (notices, receiver) = if !check_types {
-            (None, None)
-        } else {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            (Some(tx), Some(rx))
-        };
+        let settings = engine.settings().clone();
         let listed = listed::ListedKinds::new(settings.listed_workload_kinds());
         Arc::new(Self {
             client,
-            index: engine.index.clone(),
-            ownership: engine.ownership.clone(),
-            tenants: engine.queue().tenants().clone(),
+            index: engine.index().clone(),
+            ownership: engine.ownership().clone(),
             engine,
             pool,
             settings,
-            events,
-            pauses,
             observer: Box::new(observer),
-            reported: Default::default(),
-            ignored_secret_notices: notices,
-            ignored_secret_receiver: std::sync::Mutex::new(receiver),
             ready: AtomicBool::new(false),
             listed,
             ignored_types: Default::default(),
@@ -173,8 +142,7 @@ impl WatchContext {
         self.engine.reconcile_recorded(None);
         self.ready.store(true, Ordering::Release);
         info!("ready");
-        let receiver = self.ignored_secret_receiver.lock().unwrap().take();
-        if let Some(notices) = receiver {
+        if let Some(notices) = self.engine.take_secret_notices() {
             tasks.spawn(self.clone().check_ignored_secrets(notices));
         }
         if let Some(link) = shard {

@@ -13,7 +13,6 @@ use kube::runtime::watcher;
 use tracing::info;
 
 use crate::engine::Phase;
-use crate::rollout::tenants::Tenants;
 
 use super::driver::{IndexVerbs, drive};
 use super::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
@@ -41,27 +40,28 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
     async fn apply(&mut self, ns: Namespace, phase: Phase) -> Option<String> {
         let name = ns.name_any();
         let ctx = &self.ctx;
-        ctx.tenants
+        ctx.engine
             .namespace_seen(&name, ns.metadata.labels.as_ref());
-        if ctx.ownership.select(&name) && phase == Phase::Live && ctx.ownership.owns(&name) {
+        if ctx.engine.namespace_selected(&name) && phase == Phase::Live && ctx.ownership.owns(&name)
+        {
             ctx.namespace_entered(&name).await;
         }
         Some(name)
     }
 
     async fn delete(&mut self, ns: Namespace) {
-        self.ctx.tenants.namespace_gone(&ns.name_any());
-        self.ctx.namespace_left(&ns.name_any());
+        self.ctx.engine.namespace_deleted(&ns.name_any());
+        self.ctx.engine.namespace_unselected(&ns.name_any());
     }
 
     fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool) {
-        self.ctx.tenants.retain(&seen);
+        self.ctx.engine.namespaces_listed(&seen);
         if !first {
             // Namespaces that left the selection while the watch was down (also those holding
             // nothing indexed: they still count as selected in the metrics and ownership).
             for name in self.ctx.ownership.selected_namespaces() {
                 if !seen.contains(&*name) {
-                    self.ctx.namespace_left(&name);
+                    self.ctx.engine.namespace_unselected(&name);
                 }
             }
         }
@@ -82,7 +82,6 @@ pub(super) async fn run_tenants(
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(ctx.client.clone());
     let stream = watch_streams(vec![api], watcher::Config::default().labels(&label));
     let mut verbs = TenantVerbs {
-        tenants: ctx.tenants.clone(),
         label,
         ctx: ctx.clone(),
     };
@@ -92,7 +91,6 @@ pub(super) async fn run_tenants(
 
 /// Labelled namespaces into the tenant groups.
 struct TenantVerbs {
-    tenants: Arc<Tenants>,
     label: String,
     ctx: Arc<WatchContext>,
 }
@@ -102,31 +100,22 @@ impl IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs {
 
     async fn apply(&mut self, ns: PartialObjectMeta<Namespace>, _: Phase) -> Option<String> {
         let name = ns.name_any();
-        self.tenants
+        self.ctx
+            .engine
             .namespace_seen(&name, ns.metadata.labels.as_ref());
         Some(name)
     }
 
     async fn delete(&mut self, ns: PartialObjectMeta<Namespace>) {
-        self.tenants.namespace_gone(&ns.name_any());
+        self.ctx.engine.namespace_deleted(&ns.name_any());
     }
 
     fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, _first: bool) {
-        self.tenants.retain(&seen);
-        let grouped = self.tenants.grouped_namespaces();
+        let grouped = self.ctx.engine.namespaces_listed(&seen);
         info!(grouped, label = self.label, "tenants known");
     }
 
     fn failed(&mut self, error: &watcher::Error) {
         watch_error(self.ctx.observer.as_ref(), "namespace", error);
-    }
-}
-
-impl WatchContext {
-    fn namespace_left(&self, namespace: &str) {
-        if self.ownership.unselect(namespace) {
-            info!(namespace, "namespace left the selection, forgetting it");
-            self.index.drop_namespace(namespace);
-        }
     }
 }

@@ -6,13 +6,11 @@ use std::sync::Arc;
 
 use kube::runtime::watcher;
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
 
 use crate::engine::Phase;
-use crate::index::{WorkloadObject, workload_entry_from_object};
+use crate::index::WorkloadObject;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
-use crate::resources::workload_reference;
 
 use super::driver::{IndexVerbs, drive};
 use super::{
@@ -85,7 +83,7 @@ impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
         let meta = &obj.metadata;
         if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
             let key = WorkloadKey::new(self.kind, ns, name);
-            self.ctx.index.delete_workload(&key);
+            self.ctx.engine.workload_deleted(&key);
         }
     }
 
@@ -108,55 +106,17 @@ impl WatchContext {
         namespace: Option<&str>,
         seen: &HashSet<WorkloadKey>,
     ) {
-        self.index.retain_workloads(kind, |k| {
-            seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
-        });
+        self.engine.workloads_listed(kind, namespace, seen);
     }
 
-    /// Indexes one workload object; returns its key when it was taken in.
+    /// Hands one workload object to the engine; returns its key when it was taken in.
     pub(crate) async fn apply_workload(
         &self,
         kind: WorkloadKind,
         obj: WorkloadObject,
     ) -> Option<WorkloadKey> {
-        let ns = obj.metadata.namespace.as_deref()?;
-        if !self.ownership.owns(ns) {
-            return None;
-        }
-        let entry = match workload_entry_from_object(kind, &obj, &self.settings.keys) {
-            Ok(e) => e,
-            Err(e) => {
-                warn!(kind = kind.as_str(), error = %e, "workload skipped");
-                return None;
-            }
-        };
-        let key = entry.key.clone();
-        for problem in &entry.policy.problems {
-            if self.reported.insert((key.clone(), problem.clone())) {
-                warn!(workload = %key, %problem, "bad annotation");
-                let uid = obj.metadata.uid.clone();
-                self.events
-                    .bad_annotation(&workload_reference(&key, uid), problem.to_string())
-                    .await;
-            }
-        }
-        if let (Some(paused_at), Some(period)) = (entry.paused_at, entry.policy.pause_period)
-            && kind == WorkloadKind::Deployment
-        {
-            self.pauses
-                .schedule(key.clone(), paused_at, period.as_secs() as i64);
-        }
-        debug!(workload = %key, uses = entry.uses.len(), "workload indexed");
-        // Before ready the configs are not listed yet; the check sweeps the index once then.
-        let secrets: Vec<_> = if self.is_ready() && self.ignored_secret_notices.is_some() {
-            let mut edges = entry.edge_configs();
-            edges.retain(|c| c.kind == crate::model::ConfigKind::Secret);
-            edges
-        } else {
-            Vec::new()
-        };
-        self.index.apply_workload(entry);
-        self.notice_unindexed_secrets(secrets);
-        Some(key)
+        self.engine
+            .workload_applied(kind, obj, self.is_ready())
+            .await
     }
 }

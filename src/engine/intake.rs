@@ -1,0 +1,273 @@
+//! What the watches hand over, per kind: applied, deleted, listed (the relist diff). The engine
+//! is the only writer of controller state: the index, the namespace selection, the tenants,
+//! pause timers, one-time warnings. The watch layer decodes objects and calls these; it reads
+//! the index but never writes it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::config::Settings;
+use crate::index::{
+    ConfigState, ReverseIndex, WorkloadEntry, WorkloadObject, workload_entry_from_object,
+};
+use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
+use crate::policy::PolicyProblem;
+use crate::resources::workload_reference;
+use crate::rollout::events::EventSink;
+use crate::rollout::pause::PauseKeeper;
+use crate::rollout::tenants::Tenants;
+use crate::rollout::{QueueObserver, WorkloadWriter};
+use crate::shard::Ownership;
+
+use super::{ConfigEvents, ConfigObserver, Engine, Phase};
+
+/// A namespace that moved to another replica keeps its config states this long (its workloads
+/// are forgotten at once), so that if it comes back meanwhile, its backfill compares with what
+/// this replica last acted on.
+pub const KEEP_LEFT_CONFIGS: Duration = Duration::from_secs(60);
+
+/// A Secret a workload uses that the index did not hold, and when that was seen.
+pub type SecretNotice = (ConfigKey, Instant);
+
+pub struct Intake {
+    configs: Arc<dyn ConfigEvents>,
+    index: Arc<ReverseIndex>,
+    ownership: Arc<Ownership>,
+    tenants: Arc<Tenants>,
+    settings: Arc<Settings>,
+    events: EventSink,
+    pauses: PauseKeeper,
+    /// Bad annotation values already reported, so each gets one Warning, not one per event.
+    reported: dashmap::DashSet<(WorkloadKey, PolicyProblem), ahash::RandomState>,
+    /// Used Secrets not indexed, for the ignored-type check (`None`: no type is ignored).
+    secret_notices: Option<mpsc::UnboundedSender<SecretNotice>>,
+    secret_notice_receiver: Mutex<Option<mpsc::UnboundedReceiver<SecretNotice>>>,
+}
+
+impl Intake {
+    pub fn new<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver>(
+        engine: Arc<Engine<W, O, C>>,
+        events: EventSink,
+        pauses: PauseKeeper,
+    ) -> Self {
+        let settings = engine.settings.clone();
+        let check_types = !settings.ignored_secret_types.is_empty()
+            && settings.watches_config(ConfigKind::Secret);
+        let (secret_notices, receiver) = match check_types {
+            true => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        Self {
+            index: engine.index.clone(),
+            ownership: engine.ownership.clone(),
+            tenants: engine.queue().tenants().clone(),
+            configs: engine,
+            settings,
+            events,
+            pauses,
+            reported: Default::default(),
+            secret_notices,
+            secret_notice_receiver: Mutex::new(receiver),
+        }
+    }
+
+    /// The index, to read.
+    pub fn index(&self) -> &Arc<ReverseIndex> {
+        &self.index
+    }
+
+    pub fn ownership(&self) -> &Arc<Ownership> {
+        &self.ownership
+    }
+
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    /// The notices of used Secrets the index did not hold, for the ignored-type check (once;
+    /// `None` when no Secret type is ignored).
+    pub fn take_secret_notices(&self) -> Option<mpsc::UnboundedReceiver<SecretNotice>> {
+        self.secret_notice_receiver
+            .lock()
+            .expect("secret notice receiver lock")
+            .take()
+    }
+
+    /// Indexes one workload object; returns its key when it was taken in. `ready`: the first
+    /// lists are done, so Secrets it uses that the index does not hold are worth a check.
+    pub async fn workload_applied(
+        &self,
+        kind: WorkloadKind,
+        obj: WorkloadObject,
+        ready: bool,
+    ) -> Option<WorkloadKey> {
+        let ns = obj.metadata.namespace.as_deref()?;
+        if !self.ownership.owns(ns) {
+            return None;
+        }
+        let entry = match workload_entry_from_object(kind, &obj, &self.settings.keys) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(kind = kind.as_str(), error = %e, "workload skipped");
+                return None;
+            }
+        };
+        let key = entry.key.clone();
+        self.report_problems(&entry, obj.metadata.uid.clone()).await;
+        self.schedule_pause(&entry);
+        debug!(workload = %key, uses = entry.uses.len(), "workload indexed");
+        let secrets = match ready && self.secret_notices.is_some() {
+            true => entry
+                .edge_configs()
+                .into_iter()
+                .filter(|c| c.kind == ConfigKind::Secret)
+                .collect(),
+            false => Vec::new(),
+        };
+        self.index.apply_workload(entry);
+        self.notice_unindexed_secrets(secrets);
+        Some(key)
+    }
+
+    async fn report_problems(&self, entry: &WorkloadEntry, uid: Option<String>) {
+        for problem in &entry.policy.problems {
+            if self.reported.insert((entry.key.clone(), problem.clone())) {
+                warn!(workload = %entry.key, %problem, "bad annotation");
+                let reference = workload_reference(&entry.key, uid.clone());
+                self.events
+                    .bad_annotation(&reference, problem.to_string())
+                    .await;
+            }
+        }
+    }
+
+    fn schedule_pause(&self, entry: &WorkloadEntry) {
+        if let (Some(paused_at), Some(period)) = (entry.paused_at, entry.policy.pause_period)
+            && entry.key.kind == WorkloadKind::Deployment
+        {
+            self.pauses
+                .schedule(entry.key.clone(), paused_at, period.as_secs() as i64);
+        }
+    }
+
+    /// Secrets the workload uses that the index does not hold go to the ignored-type check.
+    fn notice_unindexed_secrets(&self, secrets: Vec<ConfigKey>) {
+        let Some(notices) = &self.secret_notices else {
+            return;
+        };
+        for key in secrets {
+            if self.index.config(&key).is_none() {
+                let _ = notices.send((key, Instant::now()));
+            }
+        }
+    }
+
+    pub fn workload_deleted(&self, key: &WorkloadKey) {
+        self.index.delete_workload(key);
+    }
+
+    /// A list of `kind` in `namespace` (`None`: all) returned `seen`: the workloads it did not
+    /// return were deleted meanwhile.
+    pub fn workloads_listed(
+        &self,
+        kind: WorkloadKind,
+        namespace: Option<&str>,
+        seen: &HashSet<WorkloadKey>,
+    ) {
+        self.index.retain_workloads(kind, |k| {
+            seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
+        });
+    }
+
+    /// A namespace was seen with `labels` (its tenant follows from them).
+    pub fn namespace_seen(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) {
+        self.tenants.namespace_seen(namespace, labels);
+    }
+
+    pub fn namespace_deleted(&self, namespace: &str) {
+        self.tenants.namespace_gone(namespace);
+    }
+
+    /// A namespace list returned `seen`: the tenants of the others are forgotten. Returns how
+    /// many namespaces are grouped by the tenant label.
+    pub fn namespaces_listed(&self, seen: &HashSet<String>) -> usize {
+        self.tenants.retain(seen);
+        self.tenants.grouped_namespaces()
+    }
+
+    /// The namespace selector selects `namespace`; true if that is news.
+    pub fn namespace_selected(&self, namespace: &str) -> bool {
+        self.ownership.select(namespace)
+    }
+
+    /// The namespace selector no longer selects `namespace`: everything of it is forgotten.
+    pub fn namespace_unselected(&self, namespace: &str) {
+        if self.ownership.unselect(namespace) {
+            info!(namespace, "namespace left the selection, forgetting it");
+            self.index.drop_namespace(namespace);
+        }
+    }
+
+    /// A namespace moved to another replica: its workloads are forgotten now, its configs after
+    /// [`KEEP_LEFT_CONFIGS`] unless it came back. A namespace that moves away and back within
+    /// seconds (a paused replica returning) is then backfilled against the config states this
+    /// replica last acted on, so a change made meanwhile is a change, not a creation: a workload
+    /// that was never reloaded records no hash for the reconcile to compare, and such a change
+    /// would be lost.
+    pub fn namespace_moved_away(self: &Arc<Self>, namespace: &str) {
+        self.index.drop_workloads_in(namespace);
+        let intake = self.clone();
+        let namespace = namespace.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(KEEP_LEFT_CONFIGS).await;
+            if !intake.ownership.owns(&namespace) {
+                intake.index.drop_namespace(&namespace);
+            }
+        });
+    }
+
+    /// A config kept from before its namespace moved away, not listed when it came back and not
+    /// touched since (`version` unchanged), was deleted while this replica did not watch it:
+    /// forgotten without a reload, as that happened unobserved.
+    pub fn config_deleted_unobserved(&self, key: &ConfigKey, version: u64) {
+        let untouched = self
+            .index
+            .config(key)
+            .is_some_and(|s| s.resource_version == version);
+        if untouched && self.ownership.owns(&key.namespace) {
+            self.index.delete_config(key);
+        }
+    }
+
+    /// Warns on `workload` (an Event) that it uses a Secret whose type is never watched.
+    pub async fn warn_ignored_secret(&self, workload: &ObjectReference, message: String) {
+        self.events.ignored_secret_type(workload, message).await;
+    }
+}
+
+/// Configs go straight to the engine's decision path.
+impl Intake {
+    /// A config was listed or changed; returns how many workloads were queued.
+    pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
+        self.configs.config_applied(key, state, phase)
+    }
+
+    /// A config was deleted; returns how many workloads were queued.
+    pub fn config_deleted(&self, key: &ConfigKey) -> usize {
+        self.configs.config_deleted(key)
+    }
+
+    /// Reconciles recorded hashes in `namespaces` (`None`: all owned).
+    pub fn reconcile_recorded(&self, namespaces: Option<&HashSet<String>>) -> usize {
+        self.configs.reconcile_recorded(namespaces)
+    }
+}
