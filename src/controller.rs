@@ -103,9 +103,10 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .transpose()
         .with_context(|| format!("--pprof-addr: '{}' is not host:port", flags.pprof_addr))?;
     let meta_info = crate::telemetry::meta_info::MetaInfo::from_flags(&flags);
+    let environment = flags.environment.clone();
+    let pod_name = flags.pod_name.clone();
     let mut settings = Settings::try_from(flags)?;
-    let metrics =
-        Metrics::new(std::env::var("METRICS_COUNT_BY_NAMESPACE").as_deref() == Ok("enabled"));
+    let metrics = Metrics::new(environment.counts_by_namespace());
     let client = kube_client(&metrics).await?;
     detect_openshift(&client, &mut settings).await;
     let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
@@ -133,7 +134,6 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         let by_update = access.uses(Fallback::MetaInfoByUpdate);
         meta_info.publish(&client, by_update).await;
     }
-    let pod_name = std::env::var("POD_NAME").ok();
 
     let ownership = ownership_for(&settings);
     let shard_link = join_replica_set(&client, &settings, &ownership);
@@ -159,7 +159,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         pauses.clone(),
         index.clone(),
     ));
-    let alerter = AlertConfig::from_env(|k| std::env::var(k).ok())
+    let alerter = AlertConfig::from_vars(|k| environment.alert_var(k))
         .map(Alerter::new)
         .transpose()
         .context("ALERT_WEBHOOK_PROXY")?;

@@ -25,7 +25,7 @@ fn main() -> std::process::ExitCode {
     let flags = cli.flags;
     // kube, the alert client and the OTLP exporter share rustls: pin its crypto provider first.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let tracer = match telemetry::tracing::provider() {
+    let tracer = match telemetry::tracing::provider(&flags.environment) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("kube-reloader: {e}");

@@ -88,7 +88,7 @@ pub struct AlertConfig {
 
 impl AlertConfig {
     /// `None` unless `ALERT_ON_RELOAD=true` and `ALERT_WEBHOOK_URL` is set.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Option<AlertConfig> {
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Option<AlertConfig> {
         if get("ALERT_ON_RELOAD").as_deref().map(str::trim) != Some("true") {
             return None;
         }
@@ -186,9 +186,9 @@ mod tests {
             ("ALERT_SINK", "Slack"),
         ]
         .into();
-        let c = AlertConfig::from_env(|k| env.get(k).map(|s| s.to_string())).unwrap();
+        let c = AlertConfig::from_vars(|k| env.get(k).map(|s| s.to_string())).unwrap();
         assert_eq!(c.sink, AlertSink::Slack);
-        assert!(AlertConfig::from_env(|_| None).is_none());
+        assert!(AlertConfig::from_vars(|_| None).is_none());
         assert_eq!(AlertSink::parse("unknown"), AlertSink::Webhook);
     }
 }

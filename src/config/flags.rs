@@ -173,6 +173,11 @@ pub struct Flags {
     #[arg(long = "pod-namespace", env = "POD_NAMESPACE", hide = true)]
     pub pod_namespace: Option<String>,
 
+    /// What Reloader (and OpenTelemetry) read from the environment.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub environment: Environment,
+
     /// Threads hashing config payloads (0: half the CPUs).
     #[arg(long, default_value_t = 0)]
     pub digest_workers: usize,
@@ -202,4 +207,57 @@ pub struct Flags {
     /// it for every kind, to measure it.
     #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub list_workloads: bool,
+}
+
+/// Settings Reloader reads from environment variables (its chart sets them), and the
+/// OpenTelemetry exporter's. Hidden flags, so that clap reads the environment in one place with
+/// everything else. Never written into the meta-info ConfigMap: a webhook URL is a credential.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Environment {
+    /// Where the meta-info ConfigMap is published (unset: not published).
+    #[arg(long, env = "RELOADER_NAMESPACE", hide = true)]
+    pub reloader_namespace: Option<String>,
+    #[arg(long, env = "RELOADER_DEPLOYMENT_NAME", hide = true)]
+    pub reloader_deployment_name: Option<String>,
+    /// `enabled`: the reload counters carry a namespace label.
+    #[arg(long, env = "METRICS_COUNT_BY_NAMESPACE", hide = true)]
+    pub metrics_count_by_namespace: Option<String>,
+    #[arg(long, env = "ALERT_ON_RELOAD", hide = true)]
+    pub alert_on_reload: Option<String>,
+    #[arg(long, env = "ALERT_SINK", hide = true)]
+    pub alert_sink: Option<String>,
+    #[arg(long, env = "ALERT_WEBHOOK_URL", hide = true)]
+    pub alert_webhook_url: Option<String>,
+    #[arg(long, env = "ALERT_WEBHOOK_PROXY", hide = true)]
+    pub alert_webhook_proxy: Option<String>,
+    #[arg(long, env = "ALERT_ADDITIONAL_INFO", hide = true)]
+    pub alert_additional_info: Option<String>,
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", hide = true)]
+    pub otel_exporter_otlp_traces_endpoint: Option<String>,
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", hide = true)]
+    pub otel_exporter_otlp_endpoint: Option<String>,
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", hide = true)]
+    pub otel_exporter_otlp_traces_protocol: Option<String>,
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", hide = true)]
+    pub otel_exporter_otlp_protocol: Option<String>,
+    #[arg(long, env = "OTEL_SERVICE_NAME", hide = true)]
+    pub otel_service_name: Option<String>,
+}
+
+impl Environment {
+    /// An alert variable by its name (`ALERT_*`), as the alert settings read them.
+    pub fn alert_var(&self, name: &str) -> Option<String> {
+        match name {
+            "ALERT_ON_RELOAD" => self.alert_on_reload.clone(),
+            "ALERT_SINK" => self.alert_sink.clone(),
+            "ALERT_WEBHOOK_URL" => self.alert_webhook_url.clone(),
+            "ALERT_WEBHOOK_PROXY" => self.alert_webhook_proxy.clone(),
+            "ALERT_ADDITIONAL_INFO" => self.alert_additional_info.clone(),
+            _ => None,
+        }
+    }
+
+    pub fn counts_by_namespace(&self) -> bool {
+        self.metrics_count_by_namespace.as_deref() == Some("enabled")
+    }
 }

@@ -5,7 +5,7 @@ mod flags;
 mod selector;
 
 pub use annotations::AnnotationKeys;
-pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Flags};
+pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Environment, Flags};
 pub use selector::reloader_selector_to_label_selector;
 
 use std::time::Duration;
@@ -521,5 +521,27 @@ mod tests {
             );
         }
         assert!(Flags::try_parse_from(["kube-reloader", "--min-reload-interval=0s"]).is_ok());
+    }
+
+    #[test]
+    fn reloaders_environment_is_read_by_the_flag_parser_and_kept_out_of_meta_info() {
+        use clap::CommandFactory;
+        crate::explain::cli::Cli::command().debug_assert();
+        let flags = Flags::try_parse_from([
+            "kube-reloader",
+            "--alert-on-reload=true",
+            "--alert-webhook-url=https://hooks.example/secret-token",
+            "--metrics-count-by-namespace=enabled",
+        ])
+        .unwrap();
+        let env = &flags.environment;
+        assert!(env.counts_by_namespace());
+        assert_eq!(
+            env.alert_var("ALERT_WEBHOOK_URL").as_deref(),
+            Some("https://hooks.example/secret-token")
+        );
+        assert_eq!(env.alert_var("ALERT_SINK"), None);
+        let shown = serde_json::to_value(&flags).unwrap().to_string();
+        assert!(!shown.contains("secret-token"), "{shown}");
     }
 }

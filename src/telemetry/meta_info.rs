@@ -19,12 +19,11 @@ pub struct MetaInfo {
 impl MetaInfo {
     /// `None` unless `RELOADER_NAMESPACE` is set (as in Reloader).
     pub fn from_flags(flags: &Flags) -> Option<MetaInfo> {
-        let namespace = std::env::var("RELOADER_NAMESPACE")
-            .ok()
-            .filter(|n| !n.is_empty())?;
+        let env = &flags.environment;
+        let namespace = env.reloader_namespace.clone().filter(|n| !n.is_empty())?;
         Some(MetaInfo {
             namespace,
-            deployment: std::env::var("RELOADER_DEPLOYMENT_NAME").unwrap_or_default(),
+            deployment: env.reloader_deployment_name.clone().unwrap_or_default(),
             options: serde_json::to_value(flags).unwrap_or_default(),
         })
     }

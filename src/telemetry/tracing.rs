@@ -14,6 +14,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::config::Environment;
 use crate::rollout::{QueuedChange, WriteError, WriteOutcome};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,22 +26,25 @@ pub enum TracingError {
 }
 
 /// True when an OTLP endpoint is configured.
-pub fn enabled() -> bool {
+pub fn enabled(env: &Environment) -> bool {
     [
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        &env.otel_exporter_otlp_traces_endpoint,
+        &env.otel_exporter_otlp_endpoint,
     ]
     .iter()
-    .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+    .any(|v| v.as_deref().is_some_and(|s| !s.trim().is_empty()))
 }
 
-/// Builds the tracer provider (batching, on its own thread) when tracing is enabled.
-pub fn provider() -> Result<Option<SdkTracerProvider>, TracingError> {
-    if !enabled() {
+/// Builds the tracer provider (batching, on its own thread) when tracing is enabled. The
+/// exporter reads the endpoint and headers from the environment itself (OTLP's convention).
+pub fn provider(env: &Environment) -> Result<Option<SdkTracerProvider>, TracingError> {
+    if !enabled(env) {
         return Ok(None);
     }
-    let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+    let protocol = env
+        .otel_exporter_otlp_traces_protocol
+        .clone()
+        .or_else(|| env.otel_exporter_otlp_protocol.clone())
         .unwrap_or_default();
     if !matches!(protocol.as_str(), "" | "http/protobuf") {
         return Err(TracingError::Protocol(protocol));
@@ -50,7 +54,10 @@ pub fn provider() -> Result<Option<SdkTracerProvider>, TracingError> {
         .build()
         .map_err(|e| TracingError::Exporter(e.to_string()))?;
     // OTEL_SERVICE_NAME, when set, wins over this default (resource detection reads it).
-    let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "kube-reloader".into());
+    let service = env
+        .otel_service_name
+        .clone()
+        .unwrap_or_else(|| "kube-reloader".into());
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(
