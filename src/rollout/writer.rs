@@ -22,7 +22,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{AnnotationKeys, Settings};
 use crate::index::ReverseIndex;
-use crate::model::{WorkloadKey, WorkloadKind};
+use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
 use crate::policy::{RolloutStrategy, pause_period_of, rollout_strategy_of};
 use crate::reloader_format::template::{TemplateChange, edit_template, json_patch_ops};
 use crate::resources::{api_resource, workload_reference};
@@ -55,6 +55,20 @@ fn classify_json_patch(error: kube::Error) -> WriteError {
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// A workload as read for a write, and the template changes to apply to it.
+type Read = (DynamicObject, Vec<TemplateChange>);
+
+/// How a write attempt ended.
+enum Step {
+    /// Nothing to write, or nothing could be.
+    Done(WriteOutcome),
+    /// Written: the workload's uid (for the Events) and the configs reloaded for.
+    Written {
+        uid: Option<String>,
+        configs: Vec<ConfigKey>,
+    },
 }
 
 pub struct KubeWriter {
@@ -114,70 +128,112 @@ impl KubeWriter {
             ));
         }
         let api = self.api(key);
-        let Some((mut object, mut template_changes)) =
-            self.read_for_write(&api, key, changes).await?
-        else {
+        let Some(read) = self.read_for_write(&api, key, changes).await? else {
             return Ok(WriteOutcome::Dropped("workload vanished"));
         };
         let now = jiff::Timestamp::now();
-
         let restart = key.kind == WorkloadKind::Rollout
-            && self.rollout_strategy(&object.metadata) == RolloutStrategy::Restart;
-        let written = match key.kind {
-            WorkloadKind::Rollout if restart => {
-                let patch = json!({"spec": {"restartAt": now.to_string()}});
-                turn.take().await;
-                api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(classify)?;
-                template_changes.iter().map(|c| c.config.clone()).collect()
-            }
-            _ => {
-                let mut reread = false;
-                let (mut value, edit) = loop {
-                    let mut value = serde_json::to_value(&object)
-                        .map_err(|e| WriteError::Permanent(e.to_string()))?;
-                    let edit = edit_template(
-                        &mut value,
-                        key.kind,
-                        self.settings.strategy,
-                        self.keys(),
-                        &template_changes,
-                        now.as_second(),
-                    )
-                    .map_err(|e| WriteError::Permanent(e.to_string()))?;
-                    if edit.is_empty() {
-                        debug!(workload = %key, "already up to date, nothing written");
-                        return Ok(WriteOutcome::UpToDate);
-                    }
-                    // A long wait for the limiter makes the read stale (other controllers update
-                    // the object meanwhile) and the resourceVersion test would fail: read again,
-                    // once, keeping the turn already taken.
-                    if turn.take().await < REREAD_AFTER_WAIT || reread {
-                        break (value, edit);
-                    }
-                    reread = true;
-                    (object, template_changes) =
-                        match self.read_for_write(&api, key, changes).await? {
-                            Some(read) => read,
-                            None => return Ok(WriteOutcome::Dropped("workload vanished")),
-                        };
-                };
-                match key.kind {
-                    WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
-                    WorkloadKind::Job => self.recreate_job(key, value).await?,
-                    _ => {
-                        self.patch_template(key, &mut value, &edit.touched, now)
-                            .await?
-                    }
-                }
-                edit.written
+            && self.rollout_strategy(&read.0.metadata) == RolloutStrategy::Restart;
+        let step = match restart {
+            true => self.restart_rollout(&api, key, read, turn, now).await?,
+            false => {
+                self.write_template(&api, key, changes, read, turn, now)
+                    .await?
             }
         };
-        let uid = object.metadata.uid.clone();
+        match step {
+            Step::Done(outcome) => Ok(outcome),
+            Step::Written { uid, configs } => {
+                self.announce_reloaded(key, uid, &configs).await;
+                Ok(WriteOutcome::Reloaded)
+            }
+        }
+    }
+
+    /// An Argo Rollout with `rollout-strategy: restart`: `spec.restartAt`, template untouched.
+    async fn restart_rollout(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        (object, template_changes): Read,
+        turn: &WriteTurn<'_>,
+        now: jiff::Timestamp,
+    ) -> Result<Step, WriteError> {
+        let patch = json!({"spec": {"restartAt": now.to_string()}});
+        turn.take().await;
+        api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(classify)?;
+        Ok(Step::Written {
+            uid: object.metadata.uid,
+            configs: template_changes.iter().map(|c| c.config.clone()).collect(),
+        })
+    }
+
+    /// Edits the pod template and writes it the kind's way (JSON Patch, a Job from a CronJob, a
+    /// Job re-created). A long wait for the limiter makes the read stale (other controllers
+    /// update the object meanwhile) and the resourceVersion test would fail: then the object is
+    /// read again, once, keeping the turn already taken.
+    async fn write_template(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+        mut read: Read,
+        turn: &WriteTurn<'_>,
+        now: jiff::Timestamp,
+    ) -> Result<Step, WriteError> {
+        let mut reread = false;
+        let (mut value, edit) = loop {
+            let (object, template_changes) = &read;
+            let mut value =
+                serde_json::to_value(object).map_err(|e| WriteError::Permanent(e.to_string()))?;
+            let edit = edit_template(
+                &mut value,
+                key.kind,
+                self.settings.strategy,
+                self.keys(),
+                template_changes,
+                now.as_second(),
+            )
+            .map_err(|e| WriteError::Permanent(e.to_string()))?;
+            if edit.is_empty() {
+                debug!(workload = %key, "already up to date, nothing written");
+                return Ok(Step::Done(WriteOutcome::UpToDate));
+            }
+            if turn.take().await < REREAD_AFTER_WAIT || reread {
+                break (value, edit);
+            }
+            reread = true;
+            read = match self.read_for_write(api, key, changes).await? {
+                Some(read) => read,
+                None => return Ok(Step::Done(WriteOutcome::Dropped("workload vanished"))),
+            };
+        };
+        match key.kind {
+            WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
+            WorkloadKind::Job => self.recreate_job(key, value).await?,
+            _ => {
+                self.patch_template(key, &mut value, &edit.touched, now)
+                    .await?
+            }
+        }
+        Ok(Step::Written {
+            uid: read.0.metadata.uid,
+            configs: edit.written,
+        })
+    }
+
+    /// One log line and one Event per config a write reloaded for (Reloader's message).
+    async fn announce_reloaded(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<String>,
+        configs: &[ConfigKey],
+    ) {
         let reference = workload_reference(key, uid);
         let trace_id = crate::spans::current_trace_id();
-        for config in &written {
+        for config in configs {
             info!(
                 workload = %key,
                 config = %config,
@@ -192,7 +248,6 @@ impl KubeWriter {
                 )
                 .await;
         }
-        Ok(WriteOutcome::Reloaded)
     }
 
     fn rollout_strategy(&self, meta: &ObjectMeta) -> RolloutStrategy {
@@ -209,7 +264,7 @@ impl KubeWriter {
         api: &Api<DynamicObject>,
         key: &WorkloadKey,
         changes: &[QueuedChange],
-    ) -> Result<Option<(DynamicObject, Vec<TemplateChange>)>, WriteError> {
+    ) -> Result<Option<Read>, WriteError> {
         let Some(object) = api.get_opt(&key.name).await.map_err(classify)? else {
             info!(workload = %key, "workload vanished before its reload was written, dropped");
             return Ok(None);
