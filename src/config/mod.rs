@@ -161,59 +161,27 @@ impl TryFrom<Flags> for Settings {
     type Error = ConfigError;
 
     fn try_from(f: Flags) -> Result<Self, ConfigError> {
-        let strategy = match f.reload_strategy.as_str() {
-            "env-vars" => ReloadStrategy::EnvVars,
-            "annotations" => ReloadStrategy::Annotations,
-            other => {
-                return Err(invalid(
-                    "reload-strategy",
-                    format!("'{other}' is not one of env-vars, annotations"),
-                ));
-            }
-        };
+        let strategy = reload_strategy(&f.reload_strategy)?;
 
         let ignored_configs = ignored_config_kinds(&f.resources_to_ignore)?;
         let ignored_workloads = ignored_workload_kinds(&f.ignored_workload_types)?;
 
         let scope = namespace_scope(&f);
 
-        let ignored_secret_types = split_list(&f.ignore_secret_types);
-        if let Some(bad) = ignored_secret_types
-            .iter()
-            .find(|t| t.contains(|c: char| c.is_whitespace() || "=!\\".contains(c)))
-        {
-            return Err(invalid(
-                "ignore-secret-types",
-                format!("'{bad}' is not a Secret type (no spaces, '=', '!' or '\\')"),
-            ));
-        }
+        let ignored_secret_types = ignored_secret_types(&f.ignore_secret_types)?;
 
-        // As in Reloader, both only apply when every namespace is watched: in scoped mode the
-        // watched set is explicit, so they are dropped (a namespace listed and ignored is watched).
-        let global = scope == NamespaceScope::All;
-        let namespace_selector = reloader_selector_to_label_selector(&f.namespace_selector)
-            .map_err(|m| invalid("namespace-selector", m))?
-            .filter(|_| global);
-        let namespaces_to_ignore = if global {
-            split_list(&f.namespaces_to_ignore)
-        } else {
-            if !split_list(&f.namespaces_to_ignore).is_empty() {
-                tracing::warn!(
-                    "--namespaces-to-ignore is only honoured when watching every namespace; \
-                     ignoring it in scoped mode"
-                );
-            }
-            Vec::new()
-        };
+        let (namespace_selector, namespaces_to_ignore) = global_namespace_filters(&f, &scope)?;
         let resource_label_selector =
             reloader_selector_to_label_selector(&f.resource_label_selector)
                 .map_err(|m| invalid("resource-label-selector", m))?;
 
-        if f.max_patches_per_second == 0 {
-            return Err(invalid("max-patches-per-second", "must be at least 1"));
-        }
-        if f.patch_burst == 0 {
-            return Err(invalid("patch-burst", "must be at least 1"));
+        for (flag, value) in [
+            ("max-patches-per-second", f.max_patches_per_second),
+            ("patch-burst", f.patch_burst),
+        ] {
+            if value == 0 {
+                return Err(invalid(flag, "must be at least 1"));
+            }
         }
         let (tenant_label, per_tenant_rate) = tenancy(&f)?;
 
@@ -249,6 +217,53 @@ impl TryFrom<Flags> for Settings {
             list_workloads: f.list_workloads,
         })
     }
+}
+
+fn reload_strategy(value: &str) -> Result<ReloadStrategy, ConfigError> {
+    match value {
+        "env-vars" => Ok(ReloadStrategy::EnvVars),
+        "annotations" => Ok(ReloadStrategy::Annotations),
+        other => Err(invalid(
+            "reload-strategy",
+            format!("'{other}' is not one of env-vars, annotations"),
+        )),
+    }
+}
+
+/// `--ignore-secret-types`: each a type a field selector can name.
+fn ignored_secret_types(value: &[String]) -> Result<Vec<String>, ConfigError> {
+    let types = split_list(value);
+    match types
+        .iter()
+        .find(|t| t.contains(|c: char| c.is_whitespace() || "=!\\".contains(c)))
+    {
+        Some(bad) => Err(invalid(
+            "ignore-secret-types",
+            format!("'{bad}' is not a Secret type (no spaces, '=', '!' or '\\')"),
+        )),
+        None => Ok(types),
+    }
+}
+
+/// `--namespace-selector` and `--namespaces-to-ignore`. As in Reloader, both only apply when
+/// every namespace is watched: in scoped mode the watched set is explicit, so they are dropped
+/// (a namespace listed and ignored is watched).
+fn global_namespace_filters(
+    f: &Flags,
+    scope: &NamespaceScope,
+) -> Result<(Option<String>, Vec<String>), ConfigError> {
+    let global = *scope == NamespaceScope::All;
+    let selector = reloader_selector_to_label_selector(&f.namespace_selector)
+        .map_err(|m| invalid("namespace-selector", m))?
+        .filter(|_| global);
+    let ignored = split_list(&f.namespaces_to_ignore);
+    if !global && !ignored.is_empty() {
+        tracing::warn!(
+            "--namespaces-to-ignore is only honoured when watching every namespace; \
+             ignoring it in scoped mode"
+        );
+    }
+    Ok((selector, if global { ignored } else { Vec::new() }))
 }
 
 /// `--resources-to-ignore`: at most one of `configmaps`, `secrets`.
