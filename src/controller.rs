@@ -94,6 +94,18 @@ async fn detect_openshift(client: &Client, settings: &mut Settings) {
     }
 }
 
+/// What start-up found before anything runs: the settings with what the API server told about
+/// them, the access plan, and the process-wide parts.
+struct Started {
+    settings: Arc<Settings>,
+    access: AccessPlan,
+    client: Client,
+    metrics: Arc<Metrics>,
+    leader_lock: Option<Arc<LeaderLock>>,
+    environment: crate::config::Environment,
+    pod_name: Option<String>,
+}
+
 pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let metrics_addr = parse_listen_addr(&flags.metrics_addr)
         .with_context(|| format!("--metrics-addr: '{}' is not host:port", flags.metrics_addr))?;
@@ -102,6 +114,55 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .then(|| parse_listen_addr(&flags.pprof_addr))
         .transpose()
         .with_context(|| format!("--pprof-addr: '{}' is not host:port", flags.pprof_addr))?;
+    let started = start(flags).await?;
+    let ownership = ownership_for(&started.settings);
+    let shard_link = join_replica_set(&started.client, &started.settings, &ownership);
+    let coordinator = shard_link.as_ref().map(|link| link.coordinator.clone());
+    let index = Arc::new(ReverseIndex::new());
+    let (engine, watches) = build_pipeline(&started, &ownership, &index)?;
+    let ready_probe = watches.clone();
+    let admin = Arc::new(AdminState {
+        metrics: started.metrics.clone(),
+        index: index.clone(),
+        ownership: ownership.clone(),
+        ready: Box::new(move || ready_probe.is_ready()),
+        explain: Some(crate::explain::live::LiveExplainer {
+            index,
+            ownership,
+            settings: started.settings.clone(),
+            access: started.access,
+            ignored_secrets: watches.ignored_secret_types(),
+            queue: Box::new(crate::explain::live::queue_inspector(
+                engine.queue().clone(),
+            )),
+        }),
+    });
+    let admin_server = serve_admin(metrics_addr, pprof_addr, admin);
+    let leader_lock = started.leader_lock;
+    let (leading, lead) = tokio::sync::watch::channel(leader_lock.is_none());
+    let tasks = CriticalTasks {
+        watching: tokio::spawn(async move {
+            // A standby starts nothing until it leads (as in Reloader).
+            let _ = lead.clone().wait_for(|leads| *leads).await;
+            watches.run(shard_link).await
+        }),
+        admin_server,
+        coordinating: match (&coordinator, &leader_lock) {
+            (Some(c), _) => tokio::spawn(c.clone().run()),
+            (None, Some(lock)) => tokio::spawn(lead_while_held(lock.clone(), leading)),
+            (None, None) => tokio::spawn(std::future::pending()),
+        },
+    };
+    let leaving = Leaving {
+        coordinator,
+        leader_lock,
+    };
+    supervise(tasks, leaving, engine.queue()).await
+}
+
+/// Settings, the API client, OpenShift detection, the access review (and the fallbacks it
+/// turns on), and the meta-info ConfigMap.
+async fn start(flags: Flags) -> anyhow::Result<Started> {
     let meta_info = crate::telemetry::meta_info::MetaInfo::from_flags(&flags);
     let environment = flags.environment.clone();
     let pod_name = flags.pod_name.clone();
@@ -129,21 +190,38 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             .map(|s| Arc::new(LeaderLock::new(client.clone(), s))),
         false => None,
     };
-    let settings = Arc::new(settings);
     if let Some(meta_info) = meta_info {
         let by_update = access.uses(Fallback::MetaInfoByUpdate);
         meta_info.publish(&client, by_update).await;
     }
+    Ok(Started {
+        settings: Arc::new(settings),
+        access,
+        client,
+        metrics,
+        leader_lock,
+        environment,
+        pod_name,
+    })
+}
 
-    let ownership = ownership_for(&settings);
-    let shard_link = join_replica_set(&client, &settings, &ownership);
-    let coordinator = shard_link.as_ref().map(|link| link.coordinator.clone());
-    let index = Arc::new(ReverseIndex::new());
-    let queue_settings = queue_settings(&settings);
+type KubeEngine = Engine<Arc<KubeWriter>, Arc<Outcomes>, Arc<Metrics>>;
+
+/// The data path, from the watches to the writes: one write budget, the queue, the engine and
+/// its intake, the watches.
+fn build_pipeline(
+    started: &Started,
+    ownership: &Arc<Ownership>,
+    index: &Arc<ReverseIndex>,
+) -> anyhow::Result<(Arc<KubeEngine>, Arc<WatchContext>)> {
+    let Started {
+        settings, client, ..
+    } = started;
+    let queue_settings = queue_settings(settings);
     // One write budget for reloads, their Events and pause resumes.
     let limiter = write_limiter(queue_settings.max_per_second, queue_settings.burst);
-    let events = EventSink::new(client.clone(), pod_name.clone())
-        .core_events(access.uses(Fallback::CoreEvents))
+    let events = EventSink::new(client.clone(), started.pod_name.clone())
+        .core_events(started.access.uses(Fallback::CoreEvents))
         .gated(ownership.clone(), limiter.clone());
     let pauses = PauseKeeper::new(
         client.clone(),
@@ -159,12 +237,12 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         pauses.clone(),
         index.clone(),
     ));
-    let alerter = AlertConfig::from_vars(|k| environment.alert_var(k))
+    let alerter = AlertConfig::from_vars(|k| started.environment.alert_var(k))
         .map(Alerter::new)
         .transpose()
         .context("ALERT_WEBHOOK_PROXY")?;
     let outcomes = Arc::new(Outcomes {
-        metrics: metrics.clone(),
+        metrics: started.metrics.clone(),
         alerter,
     });
     let tenants = Arc::new(Tenants::new(settings.tenant_label.clone()));
@@ -174,39 +252,27 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         settings.clone(),
         ownership.clone(),
         queue,
-        metrics.clone(),
+        started.metrics.clone(),
     );
     if let Some(url) = &settings.webhook_url {
         engine = engine.with_webhook(ReloadWebhook::new(url.clone())?);
     }
     let engine = Arc::new(engine);
-    let pool = if settings.digest_workers == 0 {
-        DigestPool::for_available_parallelism()
-    } else {
-        DigestPool::new(settings.digest_workers)
+    let pool = match settings.digest_workers {
+        0 => DigestPool::for_available_parallelism(),
+        n => DigestPool::new(n),
     };
     let intake = Arc::new(crate::engine::Intake::new(engine.clone(), events, pauses));
-    let watches = WatchContext::new(client, intake, pool, metrics.clone());
+    let watches = WatchContext::new(client.clone(), intake, pool, started.metrics.clone());
+    Ok((engine, watches))
+}
 
-    let ready_probe = watches.clone();
-    let explain = crate::explain::live::LiveExplainer {
-        index: index.clone(),
-        ownership: ownership.clone(),
-        settings: settings.clone(),
-        access,
-        ignored_secrets: watches.ignored_secret_types(),
-        queue: Box::new(crate::explain::live::queue_inspector(
-            engine.queue().clone(),
-        )),
-    };
-    let admin = Arc::new(AdminState {
-        metrics,
-        index,
-        ownership,
-        ready: Box::new(move || ready_probe.is_ready()),
-        explain: Some(explain),
-    });
-    let admin_server = tokio::spawn(crate::http::serve(metrics_addr, admin));
+/// The admin endpoint (a critical task) and, with `--enable-pprof`, the profiling endpoint.
+fn serve_admin(
+    metrics_addr: std::net::SocketAddr,
+    pprof_addr: Option<std::net::SocketAddr>,
+    admin: Arc<AdminState>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
     if let Some(addr) = pprof_addr {
         tokio::spawn(async move {
             if let Err(e) = crate::http::pprof::serve(addr).await {
@@ -214,25 +280,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             }
         });
     }
-    let (leading, lead) = tokio::sync::watch::channel(leader_lock.is_none());
-    let tasks = CriticalTasks {
-        watching: tokio::spawn(async move {
-            // A standby starts nothing until it leads (as in Reloader).
-            let _ = lead.clone().wait_for(|leads| *leads).await;
-            watches.run(shard_link).await
-        }),
-        admin_server,
-        coordinating: match (&coordinator, &leader_lock) {
-            (Some(c), _) => tokio::spawn(c.clone().run()),
-            (None, Some(lock)) => tokio::spawn(lead_while_held(lock.clone(), leading)),
-            (None, None) => tokio::spawn(std::future::pending()),
-        },
-    };
-    let leaving = Leaving {
-        coordinator,
-        leader_lock,
-    };
-    supervise(tasks, leaving, engine.queue()).await
+    tokio::spawn(crate::http::serve(metrics_addr, admin))
 }
 
 /// Acquires the leader Lease, lets the watches start, and holds it until it is lost.
