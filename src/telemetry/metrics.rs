@@ -280,6 +280,12 @@ impl Metrics {
     /// kube-reloader's own metrics (queue, index, sharding, API requests).
     fn register_own_metrics(&self, registry: &mut Registry) {
         let own = registry.sub_registry_with_prefix("kube_reloader");
+        self.register_write_metrics(own);
+        self.register_state_metrics(own);
+    }
+
+    /// How writes went: the queue, the limiter, latency, and the access fallbacks.
+    fn register_write_metrics(&self, own: &mut Registry) {
         own.register(
             "access_fallback",
             "1 for each fallback RBAC made necessary at start (list-<kind>: workloads found by LIST, not watched; core-events; leader-lock-only; meta-info-by-update); none: every preferred permission is granted.",
@@ -315,6 +321,11 @@ impl Metrics {
             "End-to-end reload latency: config change observed to write acknowledged.",
             self.reload_latency.clone(),
         );
+    }
+
+    /// What the controller holds and watches: watches, the index, namespaces, readiness, and
+    /// the requests it sends.
+    fn register_state_metrics(&self, own: &mut Registry) {
         own.register(
             "watch_restarts",
             "Watch streams that failed and were restarted, by resource.",
