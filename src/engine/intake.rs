@@ -48,6 +48,11 @@ pub struct Intake {
     /// Used Secrets not indexed, for the ignored-type check (`None`: no type is ignored).
     secret_notices: Option<mpsc::UnboundedSender<SecretNotice>>,
     secret_notice_receiver: Mutex<Option<mpsc::UnboundedReceiver<SecretNotice>>>,
+    /// Namespaces gained whose workloads the backfill has not listed yet. A live change of one
+    /// of their configs would fan out to no workload and leave the index on the new state, so
+    /// the backfill's own list would find nothing changed and the reload would be lost: such
+    /// changes are left to that list, which runs after the workloads'.
+    entering: dashmap::DashSet<String, ahash::RandomState>,
 }
 
 impl Intake {
@@ -77,6 +82,7 @@ impl Intake {
             reported: Default::default(),
             secret_notices,
             secret_notice_receiver: Mutex::new(receiver),
+            entering: Default::default(),
         }
     }
 
@@ -258,7 +264,26 @@ impl Intake {
 impl Intake {
     /// A config was listed or changed; returns how many workloads were queued.
     pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
+        if phase == Phase::Live && self.entering.contains(&*key.namespace) {
+            debug!(config = %key, "changed while its namespace is backfilled: left to the backfill's list");
+            return 0;
+        }
         self.configs.config_applied(key, state, phase)
+    }
+
+    /// A backfill of `namespaces` starts: their workloads are not indexed yet.
+    pub fn backfill_started(&self, namespaces: &[String]) {
+        for namespace in namespaces {
+            self.entering.insert(namespace.clone());
+        }
+    }
+
+    /// The backfill has listed the workloads of `namespaces`: live config changes count again
+    /// (its config list, which follows, catches those made before).
+    pub fn workloads_backfilled<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) {
+        for namespace in namespaces {
+            self.entering.remove(namespace);
+        }
     }
 
     /// A config was deleted; returns how many workloads were queued.

@@ -79,6 +79,7 @@ impl WatchContext {
             return;
         }
         info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
+        self.engine.backfill_started(namespaces);
         let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
         let wanted = &wanted;
         let targets: Vec<Option<&str>> = if namespaces.len() <= PER_NAMESPACE_LISTS {
@@ -121,6 +122,12 @@ impl WatchContext {
                 )
                 .await;
             }
+            match target {
+                Some(ns) => self.engine.workloads_backfilled([*ns]),
+                None => self
+                    .engine
+                    .workloads_backfilled(namespaces.iter().map(String::as_str)),
+            }
             if self.settings.watches_config(ConfigKind::ConfigMap) {
                 self.list_configs::<ConfigMap>(*target, wanted, &listed)
                     .await;
@@ -135,6 +142,8 @@ impl WatchContext {
                 self.list_pod_statuses(*target, wanted).await;
             }
         }
+        self.engine
+            .workloads_backfilled(namespaces.iter().map(String::as_str));
         self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
         let set: HashSet<String> = namespaces.iter().cloned().collect();
         let queued = self.engine.reconcile_recorded(Some(&set));
