@@ -128,6 +128,7 @@ fn bench_fan_out(c: &mut Criterion) {
                 let mut data = BTreeMap::new();
                 data.insert("k".to_string(), format!("v{v}"));
                 ConfigState {
+                    keys: Default::default(),
                     digest: digest_payload(ConfigPayload::ConfigMap {
                         data,
                         binary_data: BTreeMap::new(),
@@ -138,13 +139,13 @@ fn bench_fan_out(c: &mut Criterion) {
                 }
             })
             .collect();
-        engine.config_applied(key.clone(), states[0], Phase::Startup);
+        engine.config_applied(key.clone(), states[0].clone(), Phase::Startup);
         let mut flip = 0;
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| {
                 flip ^= 1;
-                black_box(engine.config_applied(key.clone(), states[flip], Phase::Live))
+                black_box(engine.config_applied(key.clone(), states[flip].clone(), Phase::Live))
             })
         });
     }

@@ -63,6 +63,7 @@ fn state(i: usize) -> ConfigState {
     let mut data = std::collections::BTreeMap::new();
     data.insert("value".to_string(), format!("initial-{i}"));
     ConfigState {
+        keys: Default::default(),
         digest: digest_payload(ConfigPayload::ConfigMap {
             data,
             binary_data: Default::default(),

@@ -13,7 +13,7 @@ use crate::decide::{
     ConfigFacts, DecisionSwitches, ReloadDecision, ReloadReason, WorkloadFacts, decide,
 };
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
-use crate::model::ConfigKey;
+use crate::model::{ConfigKey, Counted};
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
@@ -42,10 +42,38 @@ pub struct Engine<W, O, C = ()> {
     webhook: Option<crate::alert::ReloadWebhook>,
 }
 
+/// A config event as the fan-out sees it.
+#[derive(Clone, Copy)]
+struct ConfigEvent<'a> {
+    key: &'a ConfigKey,
+    state: &'a ConfigState,
+    /// What the index held before this event (`None`: created, or deleted).
+    previous: Option<&'a ConfigState>,
+    deleted: bool,
+    observed_at: Instant,
+}
+
+impl ConfigEvent<'_> {
+    /// A workload counting only some keys whose value this event leaves as it was: the keys
+    /// it reads did not change (against the state before, or the value its template records).
+    fn unchanged_for(&self, entry: &WorkloadEntry, counted: &Counted, value: Option<&str>) -> bool {
+        if *counted == Counted::Whole {
+            return false;
+        }
+        let recorded = entry
+            .uses_config(self.key.kind, &self.key.name)
+            .and_then(|u| u.recorded.as_deref());
+        let before = self.previous.map(|p| p.value_for(counted));
+        value.is_some() && (recorded == value || before.as_deref() == value)
+    }
+}
+
 /// One config change for one workload, on its way to the queue.
 struct Change<'a> {
     config: &'a ConfigKey,
     hash: Option<String>,
+    /// What the hash covers (the writer recomputes it from a newer state with the same keys).
+    counted: Counted,
     reason: ReloadReason,
     observed_at: Instant,
 }
@@ -121,24 +149,33 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             return 0;
         }
         let observed_at = Instant::now();
+        // Only the Intake writes configs, so nothing replaces this between the read and the apply.
+        let previous = self.index.config(&key);
+        let event = ConfigEvent {
+            key: &key,
+            state: &state,
+            previous: previous.as_ref(),
+            deleted: false,
+            observed_at,
+        };
         if phase == Phase::Backfill {
             // Never replaces what the watch delivered with an older snapshot (that would
             // "change" the config back); a newer one is a change this replica has not acted on.
-            return match self.index.backfill_config(key.clone(), state) {
-                ConfigTransition::Changed => self.fan_out(&key, &state, false, observed_at),
+            return match self.index.backfill_config(key.clone(), state.clone()) {
+                ConfigTransition::Changed => self.fan_out(event),
                 _ => 0,
             };
         }
-        match (self.index.apply_config(key.clone(), state), phase) {
+        match (self.index.apply_config(key.clone(), state.clone()), phase) {
             (ConfigTransition::Unchanged, _) => 0,
-            (ConfigTransition::Changed, _) => self.fan_out(&key, &state, false, observed_at),
+            (ConfigTransition::Changed, _) => self.fan_out(event),
             (ConfigTransition::Created, Phase::Live) if self.settings.reload_on_create => {
-                self.fan_out(&key, &state, false, observed_at)
+                self.fan_out(event)
             }
             (ConfigTransition::Created, Phase::Startup)
                 if self.settings.reload_on_create && self.settings.sync_after_restart =>
             {
-                self.fan_out(&key, &state, false, observed_at)
+                self.fan_out(event)
             }
             (ConfigTransition::Created, _) => 0,
         }
@@ -152,16 +189,23 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         if !self.settings.reload_on_delete || !self.ownership.owns(&key.namespace) {
             return 0;
         }
-        self.fan_out(key, &state, true, Instant::now())
+        self.fan_out(ConfigEvent {
+            key,
+            state: &state,
+            previous: None,
+            deleted: true,
+            observed_at: Instant::now(),
+        })
     }
 
-    fn fan_out(
-        &self,
-        key: &ConfigKey,
-        state: &ConfigState,
-        deleted: bool,
-        observed_at: Instant,
-    ) -> usize {
+    fn fan_out(&self, event: ConfigEvent<'_>) -> usize {
+        let ConfigEvent {
+            key,
+            state,
+            deleted,
+            observed_at,
+            ..
+        } = event;
         let span = info_span!(
             "config_change",
             config.kind = %key.kind,
@@ -177,7 +221,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             }
             return 0;
         }
-        let hash = (!deleted).then(|| state.digest.reloader_hash());
         // The decision over every workload using the config: how many were looked at, how many
         // are reloaded (the others were skipped: not opted in, ignored, ...).
         let decision = info_span!(
@@ -189,16 +232,24 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         let (mut candidates, mut affected) = (0, 0);
         for entry in self.index.candidates(key) {
             candidates += 1;
-            if let Some(reason) = self.decide(key, state, &entry) {
-                let change = Change {
-                    config: key,
-                    hash: hash.clone(),
-                    reason,
-                    observed_at,
-                };
-                self.enqueue(&entry, change, Priority::Live, &span);
-                affected += 1;
+            let Some(reason) = self.decide(key, state, &entry) else {
+                continue;
+            };
+            let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
+            let hash = (!deleted).then(|| state.value_for(&counted));
+            if hash.is_some() && event.unchanged_for(&entry, &counted, hash.as_deref()) {
+                self.observer.skipped(key, "keys_unchanged");
+                continue;
             }
+            let change = Change {
+                config: key,
+                hash,
+                counted,
+                reason,
+                observed_at,
+            };
+            self.enqueue(&entry, change, Priority::Live, &span);
+            affected += 1;
         }
         decision.record("candidates", candidates);
         decision.record("reloads", affected);
@@ -252,6 +303,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         let Change {
             config: key,
             hash,
+            counted,
             reason,
             observed_at,
         } = change;
@@ -277,6 +329,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 change: TemplateChange {
                     config: key.clone(),
                     hash,
+                    counted,
                     explicit: reason == ReloadReason::ExplicitList,
                 },
                 observed_at,
@@ -313,10 +366,13 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 let Some(state) = self.index.config(&key) else {
                     continue;
                 };
-                let hash = state.digest.reloader_hash();
-                if hash == recorded {
+                // Either form counts as current, whatever the mode now: switching it rolls nothing
+                // while per-key digests are kept (docs/precise-reloads.md).
+                if state.is_current(recorded, &u.reads) {
                     continue;
                 }
+                let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
+                let hash = state.value_for(&counted);
                 if let Some(reason) = self.decide(&key, &state, &entry) {
                     let span = info_span!(
                         "config_change",
@@ -328,6 +384,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                     let change = Change {
                         config: &key,
                         hash: Some(hash),
+                        counted,
                         reason,
                         observed_at: Instant::now(),
                     };

@@ -44,6 +44,24 @@ impl fmt::Display for ConfigKind {
     }
 }
 
+/// Which keys of a config a workload's pod template reads: what its key-precise value covers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Counted {
+    /// The whole config (`envFrom`, a volume without `items`, or the mode off).
+    #[default]
+    Whole,
+    /// Only these keys (`env[].valueFrom` key refs, `items` of volumes), sorted, deduplicated.
+    Keys(Arc<[Box<str>]>),
+}
+
+impl Counted {
+    pub fn keys(mut keys: Vec<Box<str>>) -> Self {
+        keys.sort_unstable();
+        keys.dedup();
+        Counted::Keys(keys.into())
+    }
+}
+
 /// The workload kinds kube-reloader can roll (serialized as their Kubernetes `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum WorkloadKind {

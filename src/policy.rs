@@ -296,6 +296,7 @@ pub enum RolloutStrategy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct SimplePolicy {
     switches: [(Toggle, Toggle, bool); 3],
+    precise_keys: Toggle,
     rollout_strategy: RolloutStrategy,
     pause_period: Option<Duration>,
 }
@@ -308,6 +309,9 @@ pub struct ReloadPolicy {
     pub excludes: [Vec<Arc<str>>; 3],
     pub rollout_strategy: RolloutStrategy,
     pub pause_period: Option<Duration>,
+    /// `kube-reloader.io/precise-keys` (metadata): this workload counts only the keys it reads
+    /// (`true`), or the whole config (`false`), whatever `--precise-keys` says.
+    pub precise_keys: Toggle,
     pub problems: Vec<PolicyProblem>,
 }
 
@@ -326,6 +330,16 @@ impl ReloadPolicy {
 
     pub fn excludes(&self, kind: ConfigKind, name: &str) -> bool {
         self.excludes[type_index(kind)].iter().any(|e| &**e == name)
+    }
+
+    /// The workload counts only the keys of a config it reads (key-precise values).
+    pub fn counts_keys(&self, mode: crate::config::PreciseKeys) -> bool {
+        use crate::config::PreciseKeys;
+        match mode {
+            PreciseKeys::Off => false,
+            PreciseKeys::Annotated => self.precise_keys == Toggle::True,
+            PreciseKeys::All => self.precise_keys != Toggle::False,
+        }
     }
 
     /// True when the workload's annotations can never cause a reload on their own and
@@ -372,6 +386,7 @@ impl ReloadPolicy {
                 .by_type
                 .each_ref()
                 .map(|t| (t.auto, t.typed_auto, t.search)),
+            precise_keys: self.precise_keys,
             rollout_strategy: self.rollout_strategy,
             pause_period: self.pause_period,
         })
@@ -482,12 +497,15 @@ impl ReloadPolicy {
             problems.push(problem);
             None
         });
+        trace_metadata_only(&mut trace, &keys.precise_keys, None, metadata, template);
+        let precise_keys = Toggle::parse(metadata.get(&keys.precise_keys).map(String::as_str));
         problems.dedup();
         ReloadPolicy {
             by_type,
             excludes,
             rollout_strategy,
             pause_period,
+            precise_keys,
             problems,
         }
     }

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
-use crate::model::ConfigKind;
+use crate::model::{ConfigKind, Counted};
 
 /// Where a config is used in a pod spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,6 +258,124 @@ pub fn mounting_containers<'a>(spec: &'a PodSpec, volume: &str) -> Vec<(&'a str,
         .collect()
 }
 
+/// Keys of one projected or plain volume source: `None` when it has no `items` (all keys).
+fn item_keys(items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>) -> Option<Vec<Box<str>>> {
+    let items = items.filter(|i| !i.is_empty())?;
+    Some(items.iter().map(|i| Box::from(i.key.as_str())).collect())
+}
+
+/// The keys of a volume's use of the config: `None` (the whole config) unless each source of it
+/// lists `items`. An unmounted volume reads nothing.
+fn volume_keys(
+    spec: &PodSpec,
+    volume: &Volume,
+    kind: ConfigKind,
+    name: &str,
+) -> Option<Option<Vec<Box<str>>>> {
+    let mounted = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| mounts_any(c, &[volume.name.as_str()]));
+    if !mounted || !volume_uses(volume, kind, name) {
+        return None;
+    }
+    let mut keys = Vec::new();
+    let mut add =
+        |items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>| match item_keys(items) {
+            Some(k) => {
+                keys.extend(k);
+                true
+            }
+            None => false,
+        };
+    let all_listed = match kind {
+        ConfigKind::ConfigMap => {
+            let plain = volume.config_map.as_ref().filter(|c| c.name == name);
+            let projected = volume
+                .projected
+                .iter()
+                .flat_map(|p| p.sources.iter().flatten());
+            plain.into_iter().all(|c| add(c.items.as_ref()))
+                && projected
+                    .filter_map(|s| s.config_map.as_ref().filter(|c| c.name == name))
+                    .all(|c| add(c.items.as_ref()))
+        }
+        ConfigKind::Secret => {
+            let plain = volume
+                .secret
+                .as_ref()
+                .filter(|s| s.secret_name.as_deref() == Some(name));
+            let projected = volume
+                .projected
+                .iter()
+                .flat_map(|p| p.sources.iter().flatten());
+            plain.into_iter().all(|s| add(s.items.as_ref()))
+                && projected
+                    .filter_map(|s| s.secret.as_ref().filter(|c| c.name == name))
+                    .all(|c| add(c.items.as_ref()))
+        }
+        ConfigKind::SecretProviderClass => false,
+    };
+    Some(all_listed.then_some(keys))
+}
+
+/// The keys of `env[].valueFrom` key refs to the config, and whether an `envFrom` reads it all.
+fn env_keys(spec: &PodSpec, kind: ConfigKind, name: &str) -> (Vec<Box<str>>, bool) {
+    let (mut keys, mut whole) = (Vec::new(), false);
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        for src in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+            let key = match kind {
+                ConfigKind::ConfigMap => src
+                    .config_map_key_ref
+                    .as_ref()
+                    .filter(|r| r.name == name)
+                    .map(|r| &r.key),
+                ConfigKind::Secret => src
+                    .secret_key_ref
+                    .as_ref()
+                    .filter(|r| r.name == name)
+                    .map(|r| &r.key),
+                ConfigKind::SecretProviderClass => None,
+            };
+            keys.extend(key.map(|k| Box::from(k.as_str())));
+        }
+        whole |= c.env_from.iter().flatten().any(|e| match kind {
+            ConfigKind::ConfigMap => e.config_map_ref.as_ref().is_some_and(|r| r.name == name),
+            ConfigKind::Secret => e.secret_ref.as_ref().is_some_and(|r| r.name == name),
+            ConfigKind::SecretProviderClass => false,
+        });
+    }
+    (keys, whole)
+}
+
+/// Which keys of the config the pod spec reads: [`Counted::Whole`] as soon as one use reads it
+/// all (`envFrom`, a volume or projected source without `items`, a CSI volume).
+pub fn counted_keys(spec: &PodSpec, kind: ConfigKind, name: &str) -> Counted {
+    if kind == ConfigKind::SecretProviderClass {
+        return Counted::Whole;
+    }
+    let (mut keys, whole) = env_keys(spec, kind, name);
+    if whole {
+        return Counted::Whole;
+    }
+    for volume in spec.volumes.iter().flatten() {
+        match volume_keys(spec, volume, kind, name) {
+            None => {}
+            Some(None) => return Counted::Whole,
+            Some(Some(listed)) => keys.extend(listed),
+        }
+    }
+    match keys.is_empty() {
+        true => Counted::Whole,
+        false => Counted::keys(keys),
+    }
+}
+
 /// Every config the pod spec uses (mounted by a container or read from env), deduplicated.
 pub fn config_uses(spec: &PodSpec) -> Vec<ConfigUse> {
     let mut candidates: Vec<ConfigUse> = Vec::new();
@@ -359,6 +477,70 @@ mod tests {
                 index: 0,
                 referenced: false
             })
+        );
+    }
+
+    #[test]
+    fn counted_keys_are_the_keys_read_unless_one_use_reads_it_all() {
+        let keys = |k: &[&str]| Counted::keys(k.iter().map(|k| Box::from(*k)).collect());
+        let key_ref = |key: &str| json!({"name": "E", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": key}}});
+        let mount = json!([{"name": "v", "mountPath": "/v"}]);
+        let items = json!([{"key": "c", "path": "c"}]);
+        // (what the pod spec holds) -> what counts
+        let cases = [
+            (
+                json!({"containers": [{"name": "a", "env": [key_ref("b"), key_ref("a"), key_ref("b")]}]}),
+                keys(&["a", "b"]),
+            ),
+            (
+                json!({"containers": [{"name": "a", "env": [key_ref("a")], "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}),
+                Counted::Whole,
+            ),
+            (
+                json!({"containers": [{"name": "a", "volumeMounts": mount}], "volumes": [{"name": "v", "configMap": {"name": "cfg", "items": items}}]}),
+                keys(&["c"]),
+            ),
+            (
+                json!({"containers": [{"name": "a", "volumeMounts": mount}], "volumes": [{"name": "v", "configMap": {"name": "cfg"}}]}),
+                Counted::Whole,
+            ),
+            (
+                json!({"containers": [{"name": "a", "volumeMounts": mount}], "volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "cfg", "items": items}}, {"configMap": {"name": "other"}}]}}]}),
+                keys(&["c"]),
+            ),
+            (
+                json!({"containers": [{"name": "a", "volumeMounts": mount}], "volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "cfg", "items": items}}, {"configMap": {"name": "cfg"}}]}}]}),
+                Counted::Whole,
+            ),
+            // A volume nobody mounts reads nothing; the env ref still counts.
+            (
+                json!({"containers": [{"name": "a", "env": [key_ref("a")]}], "volumes": [{"name": "v", "configMap": {"name": "cfg"}}]}),
+                keys(&["a"]),
+            ),
+            (
+                json!({"containers": [{"name": "a"}], "initContainers": [{"name": "i", "env": [key_ref("z")]}]}),
+                keys(&["z"]),
+            ),
+        ];
+        for (i, (pod, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                counted_keys(&spec(pod), ConfigKind::ConfigMap, "cfg"),
+                expected,
+                "case {i}"
+            );
+        }
+        let secret = spec(
+            json!({"containers": [{"name": "a", "volumeMounts": mount, "env": [
+            {"name": "P", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}
+        ]}], "volumes": [{"name": "v", "secret": {"secretName": "db", "items": [{"key": "ca.crt", "path": "ca"}]}}]}),
+        );
+        assert_eq!(
+            counted_keys(&secret, ConfigKind::Secret, "db"),
+            keys(&["ca.crt", "password"])
+        );
+        assert_eq!(
+            counted_keys(&secret, ConfigKind::SecretProviderClass, "db"),
+            Counted::Whole
         );
     }
 }

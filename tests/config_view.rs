@@ -26,6 +26,7 @@ use kube_reloader::rollout::{QueuedChange, WriteError};
 fn state(value: &str, resource_version: u64) -> ConfigState {
     let data = BTreeMap::from([("k".to_string(), value.to_string())]);
     ConfigState {
+        keys: Default::default(),
         digest: digest_payload(ConfigPayload::ConfigMap {
             data,
             binary_data: BTreeMap::new(),
@@ -39,6 +40,7 @@ fn state(value: &str, resource_version: u64) -> ConfigState {
 fn queued(config: &ConfigKey, hash: Option<&str>, observed_at: Instant) -> QueuedChange {
     QueuedChange {
         change: TemplateChange {
+            counted: Default::default(),
             config: config.clone(),
             hash: hash.map(str::to_owned),
             explicit: false,

@@ -22,6 +22,8 @@ pub struct AnnotationKeys {
     pub pause_period: String,
     pub paused_at: String,
     pub last_reloaded_from: String,
+    /// This project's own: key-precise values per workload (not configurable, not Reloader's).
+    pub precise_keys: String,
 }
 
 impl Default for AnnotationKeys {
@@ -44,6 +46,7 @@ impl Default for AnnotationKeys {
             pause_period: "deployment.reloader.stakater.com/pause-period".into(),
             paused_at: "deployment.reloader.stakater.com/paused-at".into(),
             last_reloaded_from: "reloader.stakater.com/last-reloaded-from".into(),
+            precise_keys: "kube-reloader.io/precise-keys".into(),
         }
     }
 }
@@ -52,7 +55,7 @@ impl AnnotationKeys {
     /// Every key, as configured: what the controller reads on workloads, pod templates and
     /// configs, and what it writes (lint flags any other key under the same domains). The
     /// destructuring makes a new field a compile error here until it is listed.
-    pub fn all(&self) -> [&str; 17] {
+    pub fn all(&self) -> [&str; 18] {
         let Self {
             auto,
             search,
@@ -71,6 +74,7 @@ impl AnnotationKeys {
             pause_period,
             paused_at,
             last_reloaded_from,
+            precise_keys,
         } = self;
         [
             auto,
@@ -90,6 +94,7 @@ impl AnnotationKeys {
             pause_period,
             paused_at,
             last_reloaded_from,
+            precise_keys,
         ]
         .map(String::as_str)
     }

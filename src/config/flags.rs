@@ -9,6 +9,16 @@ use crate::go_values::{
     go_duration_arg, parse_go_bool, positive_go_duration_arg, serialize_go_duration,
 };
 
+/// `--precise-keys`: which workloads count only the keys of a config they read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreciseKeys {
+    #[default]
+    Off,
+    Annotated,
+    All,
+}
+
 /// Helm's release records (`helm.sh/release.v1`): one per release revision, never mounted.
 pub const DEFAULT_IGNORED_SECRET_TYPES: &str = "helm.sh/release.v1";
 
@@ -207,6 +217,13 @@ pub struct Flags {
     /// it for every kind, to measure it.
     #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub list_workloads: bool,
+
+    /// Key-precise values (not Reloader's): `off` rolls a workload on any change of a config it
+    /// uses, as Reloader; `annotated` makes workloads annotated `kube-reloader.io/precise-keys:
+    /// "true"` count only the keys they read; `all` makes every workload do so unless annotated
+    /// "false" (docs/precise-reloads.md).
+    #[arg(long, value_enum, default_value = "off")]
+    pub precise_keys: PreciseKeys,
 }
 
 /// Settings Reloader reads from environment variables (its chart sets them), and the

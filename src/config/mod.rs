@@ -5,7 +5,7 @@ mod flags;
 mod selector;
 
 pub use annotations::AnnotationKeys;
-pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Environment, Flags};
+pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Environment, Flags, PreciseKeys};
 pub use selector::reloader_selector_to_label_selector;
 
 use std::time::Duration;
@@ -90,6 +90,8 @@ pub struct Settings {
     pub rbac_listed_kinds: std::collections::BTreeSet<WorkloadKind>,
     /// `--list-workloads`: every workload kind is found by LIST, whatever RBAC allows.
     pub list_workloads: bool,
+    /// `--precise-keys`.
+    pub precise_keys: PreciseKeys,
 }
 
 impl Settings {
@@ -215,6 +217,7 @@ impl TryFrom<Flags> for Settings {
             shard,
             rbac_listed_kinds: Default::default(),
             list_workloads: f.list_workloads,
+            precise_keys: f.precise_keys,
         })
     }
 }

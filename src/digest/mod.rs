@@ -6,6 +6,7 @@
 mod pool;
 
 pub use crate::reloader_format::hash::{
-    ConfigPayload, DELETE_MARKER, Digest, digest_payload, reloader_sha1_hex,
+    ConfigPayload, DELETE_MARKER, Digest, digest_payload, key_digests, reloader_sha1_hex,
 };
+pub use crate::reloader_format::precise::KeyDigests;
 pub use pool::{DigestPool, DigestPoolClosed};

@@ -6,7 +6,8 @@ use std::thread;
 use crossbeam_channel::{Receiver, Sender, bounded};
 use tokio::sync::oneshot;
 
-use crate::reloader_format::hash::{ConfigPayload, Digest, digest_payload};
+use crate::reloader_format::hash::{ConfigPayload, Digest, digest_payload, key_digests};
+use crate::reloader_format::precise::KeyDigests;
 
 /// The pool is gone (the process is shutting down).
 #[derive(Debug, thiserror::Error)]
@@ -15,7 +16,18 @@ pub struct DigestPoolClosed;
 
 struct Job {
     payload: ConfigPayload,
-    reply: oneshot::Sender<Digest>,
+    /// Per-key digests too (key-precise mode).
+    keyed: bool,
+    reply: oneshot::Sender<(Digest, KeyDigests)>,
+}
+
+fn run(job: Job) {
+    let keys = match job.keyed {
+        true => key_digests(&job.payload),
+        false => KeyDigests::default(),
+    };
+    // The receiver may have given up (watch restarted): nothing to do then.
+    let _ = job.reply.send((digest_payload(job.payload), keys));
 }
 
 /// Cloneable handle to the worker pool. Dropping the last handle stops the workers.
@@ -37,8 +49,7 @@ impl DigestPool {
                 .name(format!("digest-{i}"))
                 .spawn(move || {
                     for job in rx {
-                        // The receiver may have given up (watch restarted): nothing to do then.
-                        let _ = job.reply.send(digest_payload(job.payload));
+                        run(job);
                     }
                 })
                 .expect("spawning a digest worker thread");
@@ -59,10 +70,23 @@ impl DigestPool {
 
     /// Hashes `payload` on a worker thread; the payload is dropped there.
     pub async fn digest(&self, payload: ConfigPayload) -> Result<Digest, DigestPoolClosed> {
+        Ok(self.digest_keyed(payload, false).await?.0)
+    }
+
+    /// Hashes `payload`, and with `keyed` each of its keys too, on a worker thread.
+    pub async fn digest_keyed(
+        &self,
+        payload: ConfigPayload,
+        keyed: bool,
+    ) -> Result<(Digest, KeyDigests), DigestPoolClosed> {
         let (reply, done) = oneshot::channel();
         let jobs = self.jobs.clone();
         // A full queue blocks the sender: do that on the blocking pool, not on a runtime worker.
-        let job = Job { payload, reply };
+        let job = Job {
+            payload,
+            keyed,
+            reply,
+        };
         match jobs.try_send(job) {
             Ok(()) => {}
             Err(crossbeam_channel::TrySendError::Full(job)) => {

@@ -54,6 +54,7 @@ fn state(value: &str) -> ConfigState {
     let mut data = BTreeMap::new();
     data.insert("k".to_string(), value.to_string());
     ConfigState {
+        keys: Default::default(),
         digest: digest_payload(ConfigPayload::ConfigMap {
             data,
             binary_data: BTreeMap::new(),
@@ -269,6 +270,7 @@ async fn a_backfill_newer_than_the_index_is_a_change() {
         json!([]),
     );
     let at = |value, rv| ConfigState {
+        keys: Default::default(),
         resource_version: rv,
         ..state(value)
     };
@@ -280,4 +282,170 @@ async fn a_backfill_newer_than_the_index_is_a_change() {
     assert_eq!(e.config_applied(cfg(), at("v1", 10), Phase::Backfill), 0);
     settle(&e).await;
     assert_eq!(writes.0.lock().unwrap().len(), 1);
+}
+
+/// A ConfigMap `cfg` with keys `a` and `b`, digested per key as with `--precise-keys` on.
+fn keyed(a: &str, b: &str) -> ConfigState {
+    let data: BTreeMap<String, String> = [("a", a), ("b", b)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let payload = || ConfigPayload::ConfigMap {
+        data: data.clone(),
+        binary_data: BTreeMap::new(),
+    };
+    ConfigState {
+        digest: digest_payload(payload()),
+        keys: crate::digest::key_digests(&payload()),
+        ignore: false,
+        matched: false,
+        resource_version: 0,
+    }
+}
+
+/// A Deployment reading only key `a` of `cfg`, through `configMapKeyRef`, with `recorded` as
+/// the reload env var's value when given.
+fn reads_key_a(
+    e: &Engine<Writes, ()>,
+    name: &str,
+    annotations: serde_json::Value,
+    recorded: Option<&str>,
+) {
+    let mut env =
+        vec![json!({"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "a"}}})];
+    if let Some(v) = recorded {
+        env.push(json!({"name": "STAKATER_CFG_CONFIGMAP", "value": v}));
+    }
+    let obj = json!({
+        "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+        "spec": {"template": {"spec": {"containers": [{"name": "app", "env": env}]}}}
+    });
+    let entry = workload_entry(WorkloadKind::Deployment, &obj, &e.settings.keys).unwrap();
+    e.index.apply_workload(entry);
+}
+
+fn written(writes: &Writes) -> Vec<(String, Option<String>)> {
+    let w = writes.0.lock().unwrap();
+    w.iter()
+        .flat_map(|(name, changes)| changes.iter().map(move |c| (name.clone(), c.hash.clone())))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_key_precise_workload_rolls_only_when_a_key_it_reads_changes() {
+    let (e, writes) = engine(&["--precise-keys=all"]);
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    reads_key_a(&e, "reads-a", auto.clone(), None);
+    deployment(&e, "env-from", auto, json!([]));
+    e.config_applied(cfg(), keyed("1", "1"), Phase::Startup);
+    assert_eq!(
+        e.config_applied(cfg(), keyed("1", "2"), Phase::Live),
+        1,
+        "b changed: only the envFrom workload"
+    );
+    settle(&e).await;
+    assert_eq!(e.config_applied(cfg(), keyed("2", "2"), Phase::Live), 2);
+    settle(&e).await;
+    let precise = keyed("2", "2").value_for(&Counted::keys(vec!["a".into()]));
+    assert_ne!(precise, keyed("2", "2").digest.reloader_hash());
+    let mut w = written(&writes);
+    w[1..].sort();
+    assert_eq!(
+        w,
+        [
+            (
+                "env-from".to_string(),
+                Some(keyed("1", "2").digest.reloader_hash())
+            ),
+            (
+                "env-from".to_string(),
+                Some(keyed("2", "2").digest.reloader_hash())
+            ),
+            ("reads-a".to_string(), Some(precise)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_mode_follows_the_flag_and_the_workload_annotation() {
+    let auto = |precise: Option<&str>| match precise {
+        Some(v) => {
+            json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": v})
+        }
+        None => json!({"reloader.stakater.com/auto": "true"}),
+    };
+    // (flag, annotation) -> does a change of key b roll the workload reading key a?
+    let cases = [
+        ("off", None, true),
+        ("off", Some("true"), true),
+        ("annotated", None, true),
+        ("annotated", Some("true"), false),
+        ("all", None, false),
+        ("all", Some("false"), true),
+    ];
+    for (flag, annotation, rolls) in cases {
+        let (e, _) = engine(&[&format!("--precise-keys={flag}")]);
+        reads_key_a(&e, "w", auto(annotation), None);
+        e.config_applied(cfg(), keyed("1", "1"), Phase::Startup);
+        let queued = e.config_applied(cfg(), keyed("1", "2"), Phase::Live);
+        assert_eq!(
+            queued == 1,
+            rolls,
+            "--precise-keys={flag}, annotation {annotation:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn switching_the_mode_rolls_nothing_at_start_while_per_key_digests_are_kept() {
+    let a = Counted::keys(vec!["a".into()]);
+    let full = keyed("1", "1").digest.reloader_hash();
+    let precise = keyed("1", "1").value_for(&a);
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    // `annotated` with the workload not annotated decides as `off`, and keeps per-key digests.
+    for (flag, recorded) in [("all", &full), ("annotated", &precise), ("all", &precise)] {
+        let (e, _) = engine(&[&format!("--precise-keys={flag}")]);
+        reads_key_a(&e, "w", auto.clone(), Some(recorded));
+        e.config_applied(cfg(), keyed("1", "1"), Phase::Startup);
+        assert_eq!(
+            e.reconcile_recorded(None),
+            0,
+            "{flag} with {recorded} recorded"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stale_value_of_either_form_rolls_once_at_start_in_the_modes_form() {
+    let a = Counted::keys(vec!["a".into()]);
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    let old_full = keyed("1", "1").digest.reloader_hash();
+    let old_precise = keyed("1", "1").value_for(&a);
+    // With `off` no per-key digests are kept: a key-precise value cannot be told from a stale
+    // one, and is rewritten once in Reloader's form (the documented cost of going straight off).
+    let cases = [
+        ("all", &old_full, keyed("9", "1").value_for(&a)),
+        ("all", &old_precise, keyed("9", "1").value_for(&a)),
+        ("off", &old_precise, keyed("1", "1").digest.reloader_hash()),
+    ];
+    for (flag, recorded, expected) in cases {
+        let (e, writes) = engine(&[&format!("--precise-keys={flag}")]);
+        reads_key_a(&e, "w", auto.clone(), Some(recorded));
+        // The watch digests per key only with the mode on.
+        let now = match flag {
+            "off" => ConfigState {
+                keys: Default::default(),
+                ..keyed("1", "1")
+            },
+            _ => keyed("9", "1"),
+        };
+        e.config_applied(cfg(), now, Phase::Startup);
+        assert_eq!(
+            e.reconcile_recorded(None),
+            1,
+            "{flag} with {recorded} recorded"
+        );
+        settle(&e).await;
+        assert_eq!(written(&writes), [("w".to_string(), Some(expected))]);
+    }
 }

@@ -286,6 +286,7 @@ mod tests {
         index.apply_config(
             ConfigKey::new(ConfigKind::ConfigMap, "ns", "cfg"),
             ConfigState {
+                keys: Default::default(),
                 digest,
                 ignore: true,
                 matched: false,

@@ -8,9 +8,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::AnnotationKeys;
-use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
+use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey, WorkloadKind};
 use crate::policy::{NamePattern, ReloadPolicy};
-use crate::references::config_uses;
+use crate::references::{config_uses, counted_keys};
 use crate::reloader_format::template::recorded_hash;
 
 use super::wire::WorkloadObject;
@@ -138,6 +138,7 @@ fn entry_from_parts(
         .map(|u| IndexedUse {
             recorded: recorded(u.kind, &u.name),
             referenced: true,
+            reads: counted_keys(&spec, u.kind, &u.name),
             kind: u.kind,
             name: Arc::from(u.name),
         })
@@ -154,6 +155,7 @@ fn entry_from_parts(
                     name: name.clone(),
                     recorded: Some(hash),
                     referenced: false,
+                    reads: Counted::Whole,
                 });
             }
         }

@@ -2,19 +2,44 @@
 
 use std::sync::Arc;
 
-use crate::digest::Digest;
-use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
+use crate::config::PreciseKeys;
+use crate::digest::{Digest, KeyDigests};
+use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey};
 use crate::policy::{NamePattern, ReloadPolicy};
 
-/// A config reduced to what decisions need. 56 bytes; no payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A config reduced to what decisions need. 64 bytes, plus 24 a key with `--precise-keys`;
+/// no payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigState {
     pub digest: Digest,
+    /// Per-key digests, kept only with `--precise-keys` on.
+    pub keys: KeyDigests,
     pub ignore: bool,
     pub matched: bool,
     /// The object's resourceVersion as a number (0: unknown). Used only to order two views of
     /// the same object: a watch event older than a list already applied is not a change.
     pub resource_version: u64,
+}
+
+impl ConfigState {
+    /// The value a workload counting `counted` records for this state: Reloader's hash, or the
+    /// key-precise value over the counted keys when per-key digests are known.
+    pub fn value_for(&self, counted: &Counted) -> String {
+        match counted {
+            Counted::Keys(keys) => self
+                .keys
+                .precise_value(keys)
+                .unwrap_or_else(|| self.digest.reloader_hash()),
+            Counted::Whole => self.digest.reloader_hash(),
+        }
+    }
+
+    /// A recorded value is current in either form (Reloader's, or key-precise over the keys
+    /// the template `reads`), so switching the mode rolls nothing by itself; with the mode off
+    /// no per-key digests are kept, and only Reloader's form is recognised.
+    pub fn is_current(&self, recorded: &str, reads: &Counted) -> bool {
+        recorded == self.digest.reloader_hash() || recorded == self.value_for(reads)
+    }
 }
 
 /// One config a workload's pod template uses.
@@ -26,6 +51,8 @@ pub struct IndexedUse {
     pub recorded: Option<Box<str>>,
     /// The template mounts it or reads it from env (false: only named in a reload list).
     pub referenced: bool,
+    /// The keys the template reads of it ([`Counted::Whole`] when not referenced).
+    pub reads: Counted,
 }
 
 /// One workload, immutable once built (replaced whole on update).
@@ -46,6 +73,16 @@ impl WorkloadEntry {
         self.uses
             .iter()
             .find(|u| u.kind == kind && &*u.name == name)
+    }
+
+    /// What the workload's value for `config` covers under `mode`.
+    pub fn counted(&self, kind: ConfigKind, name: &str, mode: PreciseKeys) -> Counted {
+        match self.policy.counts_keys(mode) {
+            true => self
+                .uses_config(kind, name)
+                .map_or(Counted::Whole, |u| u.reads.clone()),
+            false => Counted::Whole,
+        }
     }
 
     /// The pod template mounts the config or reads it from env.

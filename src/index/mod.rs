@@ -108,15 +108,14 @@ impl ReverseIndex {
                 ConfigTransition::Created
             }
             dashmap::Entry::Occupied(mut o) => {
-                let old = *o.get();
-                if !replaces(&old, &state) {
+                if !replaces(o.get(), &state) {
                     return ConfigTransition::Unchanged;
                 }
+                let changed = o.get().digest.blake3 != state.digest.blake3;
                 o.insert(state);
-                if old.digest.blake3 != state.digest.blake3 {
-                    ConfigTransition::Changed
-                } else {
-                    ConfigTransition::Unchanged
+                match changed {
+                    true => ConfigTransition::Changed,
+                    false => ConfigTransition::Unchanged,
                 }
             }
         }
@@ -127,7 +126,7 @@ impl ReverseIndex {
     }
 
     pub fn config(&self, key: &ConfigKey) -> Option<ConfigState> {
-        self.configs.get(key).map(|c| *c)
+        self.configs.get(key).map(|c| c.clone())
     }
 
     /// Keys of the known configs of `kind`, in one namespace or all.

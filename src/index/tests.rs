@@ -17,6 +17,7 @@ fn entry(name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> WorkloadEnt
         uses: uses
             .iter()
             .map(|u| IndexedUse {
+                reads: Default::default(),
                 kind: ConfigKind::ConfigMap,
                 name: Arc::from(*u),
                 recorded: None,
@@ -40,6 +41,7 @@ fn names(v: Vec<Arc<WorkloadEntry>>) -> Vec<String> {
 
 fn state(byte: u8) -> ConfigState {
     ConfigState {
+        keys: Default::default(),
         digest: Digest {
             blake3: [byte; 32],
             sha1: [byte; 20],
@@ -191,6 +193,7 @@ fn concurrent_updates_never_lose_edges() {
 fn an_event_older_than_what_is_stored_is_not_a_change() {
     let idx = ReverseIndex::new();
     let at = |byte, rv| ConfigState {
+        keys: Default::default(),
         resource_version: rv,
         ..state(byte)
     };
@@ -214,6 +217,7 @@ fn an_event_older_than_what_is_stored_is_not_a_change() {
 fn a_backfill_replaces_only_older_snapshots() {
     let idx = ReverseIndex::new();
     let at = |byte, rv| ConfigState {
+        keys: Default::default(),
         resource_version: rv,
         ..state(byte)
     };

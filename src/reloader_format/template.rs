@@ -16,8 +16,10 @@ use super::naming::reload_env_var;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateChange {
     pub config: ConfigKey,
-    /// Reloader SHA-1 of the config, or `None` when the config was deleted.
+    /// Reloader SHA-1 of the config (or its key-precise value), `None` when it was deleted.
     pub hash: Option<String>,
+    /// The keys the hash covers.
+    pub counted: crate::model::Counted,
     /// The workload names the config in an explicit list (it may not reference it).
     pub explicit: bool,
 }
@@ -329,6 +331,7 @@ mod tests {
 
     fn change(name: &str, hash: Option<&str>) -> TemplateChange {
         TemplateChange {
+            counted: Default::default(),
             config: ConfigKey::new(ConfigKind::ConfigMap, "ns", name),
             hash: hash.map(String::from),
             explicit: false,
@@ -466,6 +469,7 @@ mod tests {
             .is_empty()
         );
         let explicit = TemplateChange {
+            counted: Default::default(),
             explicit: true,
             ..change("other", Some("h"))
         };

@@ -73,7 +73,7 @@ pub enum Newest {
 pub fn newest(change: &TemplateChange, indexed: Option<&ConfigState>) -> Newest {
     match (indexed, &change.hash) {
         (Some(state), _) => Newest::Write(TemplateChange {
-            hash: Some(state.digest.reloader_hash()),
+            hash: Some(state.value_for(&change.counted)),
             ..change.clone()
         }),
         (None, None) => Newest::Write(change.clone()),
@@ -120,13 +120,13 @@ impl ConfigViews {
             }
             let indexed = self.index.config(config);
             let lag = match self.server_version(config).await? {
-                Some(server) => view_lag(indexed.map(|s| s.resource_version), server),
+                Some(server) => view_lag(indexed.as_ref().map(|s| s.resource_version), server),
                 None => ViewLag::Current,
             };
             if lag != ViewLag::Current && !self.waited_enough(config) {
                 return Err(WriteError::NotYet(format!(
                     "view of {config} behind ({lag:?}, indexed version {:?})",
-                    indexed.map(|s| s.resource_version)
+                    indexed.as_ref().map(|s| s.resource_version)
                 )));
             }
             if lag != ViewLag::Current {
@@ -180,6 +180,7 @@ mod tests {
 
     fn change(hash: Option<&str>) -> TemplateChange {
         TemplateChange {
+            counted: Default::default(),
             config: ConfigKey::new(ConfigKind::ConfigMap, "ns", "app"),
             hash: hash.map(String::from),
             explicit: false,
@@ -188,6 +189,7 @@ mod tests {
 
     fn indexed(byte: u8) -> ConfigState {
         ConfigState {
+            keys: Default::default(),
             digest: Digest {
                 blake3: [byte; 32],
                 sha1: [byte; 20],

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
+use crate::config::PreciseKeys;
 use crate::digest::{ConfigPayload, DigestPoolClosed};
 use crate::engine::Phase;
 use crate::index::ConfigState;
@@ -250,9 +251,11 @@ impl WatchContext {
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
         let matched = self.flag(annotations, &self.settings.keys.match_);
         let resource_version = crate::index::resource_version(obj.meta());
-        let digest = self.pool.digest(obj.into_payload()).await?;
+        let keyed = self.settings.precise_keys != PreciseKeys::Off;
+        let (digest, keys) = self.pool.digest_keyed(obj.into_payload(), keyed).await?;
         Ok(ConfigState {
             digest,
+            keys,
             ignore,
             matched,
             resource_version,
@@ -283,6 +286,7 @@ impl WatchContext {
         let digest = self.pool.digest(payload).await.ok()?;
         let state = ConfigState {
             digest,
+            keys: Default::default(),
             ignore: self.flag(&annotations, &self.settings.keys.ignore),
             matched: self.flag(&annotations, &self.settings.keys.match_),
             // Pod statuses of one class come from several objects: their versions do not order.

@@ -43,6 +43,7 @@ impl WorkloadWriter for Arc<Recorder> {
 fn change(config: &str, hash: &str) -> QueuedChange {
     QueuedChange {
         change: TemplateChange {
+            counted: Default::default(),
             config: ConfigKey::new(ConfigKind::ConfigMap, "ns", config),
             hash: Some(hash.into()),
             explicit: false,
