@@ -241,6 +241,7 @@ fn build_pipeline(
         .map(Alerter::new)
         .transpose()
         .context("ALERT_WEBHOOK_PROXY")?;
+    let breaker_alerter = alerter.clone();
     let outcomes = Arc::new(Outcomes {
         metrics: started.metrics.clone(),
         alerter,
@@ -257,7 +258,18 @@ fn build_pipeline(
     if let Some(url) = &settings.webhook_url {
         engine = engine.with_webhook(ReloadWebhook::new(url.clone())?);
     }
+    if let Some(breaker) = settings.churn_breaker {
+        let (notices, received) = tokio::sync::mpsc::unbounded_channel();
+        engine = engine.with_breaker_notices(notices);
+        tokio::spawn(publish_breaker_notices(
+            received,
+            events.clone(),
+            breaker_alerter,
+            breaker,
+        ));
+    }
     let engine = Arc::new(engine);
+    tokio::spawn(engine.clone().run_breaker_releases());
     let pool = match settings.digest_workers {
         0 => DigestPool::for_available_parallelism(),
         n => DigestPool::new(n),
@@ -265,6 +277,24 @@ fn build_pipeline(
     let intake = Arc::new(crate::engine::Intake::new(engine.clone(), events, pauses));
     let watches = WatchContext::new(client.clone(), intake, pool, started.metrics.clone());
     Ok((engine, watches))
+}
+
+/// Each churn breaker notice as an Event on the config and an alert.
+async fn publish_breaker_notices(
+    mut notices: tokio::sync::mpsc::UnboundedReceiver<crate::engine::BreakerNotice>,
+    events: EventSink,
+    alerter: Option<Alerter>,
+    settings: crate::engine::BreakerSettings,
+) {
+    while let Some(notice) = notices.recv().await {
+        let text = notice.describe(settings);
+        let opened = matches!(notice, crate::engine::BreakerNotice::Opened { .. });
+        let reference = crate::resources::config_reference(notice.config());
+        events.churn_breaker(&reference, opened, text.clone()).await;
+        if let Some(alerter) = &alerter {
+            alerter.churn_breaker(&text);
+        }
+    }
 }
 
 /// The admin endpoint (a critical task) and, with `--enable-pprof`, the profiling endpoint.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::{Span, debug, info, info_span};
+use tracing::{Span, debug, info, info_span, warn};
 
 use crate::config::Settings;
 use crate::decide::{
@@ -18,7 +18,9 @@ use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
 
+pub mod breaker;
 mod intake;
+pub use breaker::{BreakerNotice, BreakerSettings, ChurnBreaker};
 pub use intake::{Intake, KEEP_LEFT_CONFIGS, SecretNotice};
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).
@@ -28,6 +30,8 @@ pub trait ConfigObserver: Send + Sync + 'static {
     fn config_changed(&self, _config: &ConfigKey, _affected: usize, _took: std::time::Duration) {}
     /// A candidate was skipped, with the reason.
     fn skipped(&self, _config: &ConfigKey, _reason: &'static str) {}
+    /// A churn breaker opened or closed.
+    fn breaker(&self, _notice: &BreakerNotice) {}
 }
 
 impl ConfigObserver for () {}
@@ -40,6 +44,9 @@ pub struct Engine<W, O, C = ()> {
     observer: C,
     /// `--webhook-url`: config changes call it instead of rolling workloads.
     webhook: Option<crate::alert::ReloadWebhook>,
+    /// `--churn-limit`: holds the workloads of configs that change too often.
+    breaker: Option<Arc<ChurnBreaker>>,
+    breaker_notices: Option<tokio::sync::mpsc::UnboundedSender<BreakerNotice>>,
 }
 
 /// A config event as the fan-out sees it.
@@ -123,6 +130,9 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         queue: ReloadQueue<W, O>,
         observer: C,
     ) -> Self {
+        let breaker = settings
+            .churn_breaker
+            .map(|b| Arc::new(ChurnBreaker::new(b)));
         Self {
             index,
             settings,
@@ -130,7 +140,23 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             queue,
             observer,
             webhook: None,
+            breaker,
+            breaker_notices: None,
         }
+    }
+
+    /// Breaker notices go to `notices` too (the controller turns them into Events and alerts).
+    pub fn with_breaker_notices(
+        mut self,
+        notices: tokio::sync::mpsc::UnboundedSender<BreakerNotice>,
+    ) -> Self {
+        self.breaker_notices = Some(notices);
+        self
+    }
+
+    /// The churn breaker, with `--churn-limit` (explain reads it).
+    pub fn breaker(&self) -> Option<&Arc<ChurnBreaker>> {
+        self.breaker.as_ref()
     }
 
     /// Config changes POST to `webhook` instead of rolling workloads.
@@ -162,13 +188,14 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             // Never replaces what the watch delivered with an older snapshot (that would
             // "change" the config back); a newer one is a change this replica has not acted on.
             return match self.index.backfill_config(key.clone(), state.clone()) {
-                ConfigTransition::Changed => self.fan_out(event),
+                ConfigTransition::Changed if self.admitted(&event) => self.fan_out(event),
                 _ => 0,
             };
         }
         match (self.index.apply_config(key.clone(), state.clone()), phase) {
             (ConfigTransition::Unchanged, _) => 0,
-            (ConfigTransition::Changed, _) => self.fan_out(event),
+            (ConfigTransition::Changed, _) if self.admitted(&event) => self.fan_out(event),
+            (ConfigTransition::Changed, _) => 0,
             (ConfigTransition::Created, Phase::Live) if self.settings.reload_on_create => {
                 self.fan_out(event)
             }
@@ -181,8 +208,105 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         }
     }
 
+    /// The churn breaker lets this content change roll the workloads (no breaker: always).
+    fn admitted(&self, event: &ConfigEvent<'_>) -> bool {
+        let Some(breaker) = &self.breaker else {
+            return true;
+        };
+        // Only configs some workload uses count: an unused one rolls nothing anyway.
+        if self.index.candidates(event.key).is_empty() {
+            return true;
+        }
+        let now = tokio::time::Instant::now();
+        match breaker.admit(event.key, now, event.previous) {
+            breaker::Admit::Pass => true,
+            breaker::Admit::Hold => {
+                debug!(config = %event.key, "churn breaker open: change held");
+                false
+            }
+            breaker::Admit::Trip { changes } => {
+                let b = breaker.settings();
+                warn!(config = %event.key, changes, window = ?b.window, quiet = ?b.quiet,
+                    "churn breaker opened: the config changes too often, its workloads are held \
+                     until it has been stable for the quiet period");
+                self.notify(BreakerNotice::Opened {
+                    config: event.key.clone(),
+                    changes,
+                });
+                false
+            }
+        }
+    }
+
+    fn notify(&self, notice: BreakerNotice) {
+        self.observer.breaker(&notice);
+        if let Some(notices) = &self.breaker_notices {
+            let _ = notices.send(notice);
+        }
+    }
+
+    /// Rolls, once, the workloads of configs whose breaker has been quiet long enough, to the
+    /// config's latest state. Returns how many workloads were queued.
+    pub fn release_due_breakers(&self) -> usize {
+        let Some(breaker) = &self.breaker else {
+            return 0;
+        };
+        let mut queued = 0;
+        for (key, held) in breaker.due(tokio::time::Instant::now()) {
+            let state = self.index.config(&key);
+            let affected = match &state {
+                Some(state) if self.ownership.owns(&key.namespace) => {
+                    let back_where_it_was = held
+                        .before
+                        .as_ref()
+                        .is_some_and(|b| b.digest == state.digest);
+                    match back_where_it_was {
+                        true => 0,
+                        false => self.fan_out(ConfigEvent {
+                            key: &key,
+                            state,
+                            previous: held.before.as_ref(),
+                            deleted: false,
+                            observed_at: Instant::now(),
+                        }),
+                    }
+                }
+                _ => 0,
+            };
+            info!(config = %key, held = held.held_changes, affected, "churn breaker closed: the config was stable for the quiet period");
+            self.notify(BreakerNotice::Released {
+                config: key,
+                held: held.held_changes,
+                affected,
+            });
+            queued += affected;
+        }
+        queued
+    }
+
+    /// Releases quiet breakers as they fall due; returns at once without `--churn-limit`.
+    pub async fn run_breaker_releases(self: Arc<Self>) {
+        let Some(breaker) = self.breaker.clone() else {
+            return;
+        };
+        loop {
+            // Without an open breaker, still wake once a window to forget quiet configs.
+            let wake = breaker
+                .next_release()
+                .unwrap_or_else(|| tokio::time::Instant::now() + breaker.settings().window);
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = breaker.opened() => {}
+            }
+            self.release_due_breakers();
+        }
+    }
+
     /// A config was deleted. Returns how many workloads were queued.
     pub fn config_deleted(&self, key: &ConfigKey) -> usize {
+        if let Some(breaker) = &self.breaker {
+            breaker.forget(key);
+        }
         let Some(state) = self.index.delete_config(key) else {
             return 0;
         };

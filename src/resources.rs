@@ -60,3 +60,23 @@ pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectRefer
         ..Default::default()
     }
 }
+
+/// The reference of a config, for Events about it.
+pub fn config_reference(key: &crate::model::ConfigKey) -> ObjectReference {
+    use crate::model::ConfigKind;
+    let (api_version, kind) = match key.kind {
+        ConfigKind::ConfigMap => ("v1".to_string(), "ConfigMap".to_string()),
+        ConfigKind::Secret => ("v1".to_string(), "Secret".to_string()),
+        ConfigKind::SecretProviderClass => {
+            let ar = spc_resource();
+            (ar.api_version, ar.kind)
+        }
+    };
+    ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        name: Some(key.name.to_string()),
+        namespace: Some(key.namespace.to_string()),
+        ..Default::default()
+    }
+}

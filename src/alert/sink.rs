@@ -134,6 +134,15 @@ impl Alerter {
         self.send(text, "reload failure alert");
     }
 
+    /// The churn breaker opened or closed on a config.
+    pub fn churn_breaker(&self, text: &str) {
+        let text = match self.config.additional_info.as_deref().map(str::trim) {
+            Some(info) => format!("{info} : {text}"),
+            None => text.to_string(),
+        };
+        self.send(text, "churn breaker alert");
+    }
+
     fn send(&self, text: String, what: &'static str) {
         let (content_type, body) = payload(self.config.sink, &text);
         let this = self.clone();

@@ -224,6 +224,22 @@ pub struct Flags {
     /// "false" (docs/precise-reloads.md).
     #[arg(long, value_enum, default_value = "off")]
     pub precise_keys: PreciseKeys,
+
+    /// Churn breaker: a config whose content changes more than this many times within
+    /// --churn-window stops rolling its workloads until it has been stable for --churn-quiet,
+    /// then rolls them once (0 turns it off).
+    #[arg(long, default_value_t = 0)]
+    pub churn_limit: u32,
+
+    /// The window --churn-limit counts changes in (Go duration).
+    #[arg(long, default_value = "5m", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub churn_window: Duration,
+
+    /// How long a config held by the churn breaker must stay unchanged (Go duration).
+    #[arg(long, default_value = "2m", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub churn_quiet: Duration,
 }
 
 /// Settings Reloader reads from environment variables (its chart sets them), and the

@@ -53,6 +53,16 @@ pub enum NamespaceScope {
     Only(Vec<String>),
 }
 
+/// `--churn-limit`, `--churn-window`, `--churn-quiet`: the churn breaker (crate::engine::breaker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerSettings {
+    /// More changes than this within `window` open the breaker.
+    pub limit: u32,
+    pub window: Duration,
+    /// How long an open breaker's config must stay unchanged before its workloads roll.
+    pub quiet: Duration,
+}
+
 /// Settings after validation: everything the engine reads, with parsed types.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -92,6 +102,8 @@ pub struct Settings {
     pub list_workloads: bool,
     /// `--precise-keys`.
     pub precise_keys: PreciseKeys,
+    /// The churn breaker, with `--churn-limit` above 0.
+    pub churn_breaker: Option<BreakerSettings>,
 }
 
 impl Settings {
@@ -218,6 +230,11 @@ impl TryFrom<Flags> for Settings {
             rbac_listed_kinds: Default::default(),
             list_workloads: f.list_workloads,
             precise_keys: f.precise_keys,
+            churn_breaker: (f.churn_limit > 0).then_some(BreakerSettings {
+                limit: f.churn_limit,
+                window: f.churn_window,
+                quiet: f.churn_quiet,
+            }),
         })
     }
 }

@@ -449,3 +449,96 @@ async fn a_stale_value_of_either_form_rolls_once_at_start_in_the_modes_form() {
         assert_eq!(written(&writes), [("w".to_string(), Some(expected))]);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flapping_config_rolls_limit_times_then_once_when_quiet() {
+    let (e, writes) = engine(&["--churn-limit=2", "--churn-window=1m", "--churn-quiet=30s"]);
+    let e = Arc::new(e);
+    deployment(
+        &e,
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e.config_applied(cfg(), state("v0"), Phase::Startup);
+    let releases = tokio::spawn(e.clone().run_breaker_releases());
+    let mut queued = Vec::new();
+    for i in 1..=10 {
+        tokio::time::advance(Duration::from_secs(2)).await;
+        queued.push(e.config_applied(cfg(), state(&format!("v{i}")), Phase::Live));
+        settle(&e).await;
+    }
+    assert_eq!(queued, [1, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let open = e.breaker().unwrap().held(&cfg()).expect("open");
+    assert_eq!(open.held_changes, 8);
+    // Sleeping (not advancing) lets the release task run at its deadlines.
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert!(
+        e.breaker().unwrap().held(&cfg()).is_some(),
+        "not quiet long enough"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle(&e).await;
+    assert!(
+        e.breaker().unwrap().held(&cfg()).is_none(),
+        "released by the task"
+    );
+    let hashes: Vec<_> = written(&writes)
+        .into_iter()
+        .map(|(_, h)| h.unwrap())
+        .collect();
+    let expected: Vec<_> = ["v1", "v2", "v10"]
+        .iter()
+        .map(|v| state(v).digest.reloader_hash())
+        .collect();
+    assert_eq!(
+        hashes, expected,
+        "limit times, then once to the latest value"
+    );
+    releases.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_released_on_the_value_it_held_from_rolls_nothing() {
+    let (e, writes) = engine(&["--churn-limit=1", "--churn-window=1m", "--churn-quiet=10s"]);
+    deployment(
+        &e,
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e.config_applied(cfg(), state("a"), Phase::Startup);
+    for v in ["b", "a", "b", "a"] {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        e.config_applied(cfg(), state(v), Phase::Live);
+        settle(&e).await;
+    }
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert_eq!(
+        e.release_due_breakers(),
+        1,
+        "held from b (the last rolled), now at a"
+    );
+    settle(&e).await;
+    let (e2, writes2) = engine(&["--churn-limit=1", "--churn-window=1m", "--churn-quiet=10s"]);
+    deployment(
+        &e2,
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e2.config_applied(cfg(), state("a"), Phase::Startup);
+    for v in ["b", "a", "b"] {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        e2.config_applied(cfg(), state(v), Phase::Live);
+        settle(&e2).await;
+    }
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert_eq!(
+        e2.release_due_breakers(),
+        0,
+        "back at b, what the workloads have"
+    );
+    assert_eq!(written(&writes).len(), 2);
+    assert_eq!(written(&writes2).len(), 1);
+}

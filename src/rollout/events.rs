@@ -204,6 +204,15 @@ impl EventSink {
         .await;
     }
 
+    /// The churn breaker opened on a config (Warning `ReloadsHeld`) or closed (`ReloadsReleased`).
+    pub async fn churn_breaker(&self, config: &ObjectReference, opened: bool, note: String) {
+        let (type_, reason) = match opened {
+            true => (EventType::Warning, "ReloadsHeld"),
+            false => (EventType::Normal, "ReloadsReleased"),
+        };
+        self.publish(config, type_, reason, note, true).await;
+    }
+
     /// A bad annotation value (invalid regex, pause period, rollout strategy).
     pub async fn bad_annotation(&self, reference: &ObjectReference, note: String) {
         self.publish(

@@ -121,6 +121,9 @@ pub struct Metrics {
     reconcile_total: Family<ResultLabel, Counter>,
     reconcile_duration: Family<ResultLabel, Histogram>,
     workloads_matched: Family<KindLabel, Counter>,
+    breaker_trips: Counter,
+    breakers_open: Gauge,
+    breaker_held_changes: Counter,
 }
 
 impl Metrics {
@@ -160,6 +163,9 @@ impl Metrics {
                 Histogram::new([0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
             }),
             workloads_matched: Family::default(),
+            breaker_trips: Counter::default(),
+            breakers_open: Gauge::default(),
+            breaker_held_changes: Counter::default(),
         };
         m.create_series();
         m.register_reloader_metrics(&mut registry);
@@ -179,6 +185,7 @@ impl Metrics {
             "excluded",
             "not_referenced",
             "not_opted_in",
+            "keys_unchanged",
         ] {
             let _ = self.skipped.get_or_create(&Reason { reason: r.into() });
         }
@@ -320,6 +327,26 @@ impl Metrics {
             "reload_latency_seconds",
             "End-to-end reload latency: config change observed to write acknowledged.",
             self.reload_latency.clone(),
+        );
+        self.register_breaker_metrics(own);
+    }
+
+    /// The churn breaker (`--churn-limit`).
+    fn register_breaker_metrics(&self, own: &mut Registry) {
+        own.register(
+            "churn_breaker_trips",
+            "Times a config changed more than --churn-limit times within --churn-window, holding its workloads.",
+            self.breaker_trips.clone(),
+        );
+        own.register(
+            "churn_breakers_open",
+            "Configs whose workloads the churn breaker holds now.",
+            self.breakers_open.clone(),
+        );
+        own.register(
+            "churn_breaker_held_changes",
+            "Config changes that rolled nothing because the churn breaker was open.",
+            self.breaker_held_changes.clone(),
         );
     }
 
@@ -547,6 +574,20 @@ impl ConfigObserver for Arc<Metrics> {
                 reason: reason.into(),
             })
             .inc();
+    }
+
+    fn breaker(&self, notice: &crate::engine::BreakerNotice) {
+        use crate::engine::BreakerNotice;
+        match notice {
+            BreakerNotice::Opened { .. } => {
+                self.breaker_trips.inc();
+                self.breakers_open.inc();
+            }
+            BreakerNotice::Released { held, .. } => {
+                self.breakers_open.dec();
+                self.breaker_held_changes.inc_by(u64::from(*held));
+            }
+        }
     }
 }
 
