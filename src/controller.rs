@@ -135,6 +135,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             queue: Box::new(crate::explain::live::queue_inspector(
                 engine.queue().clone(),
             )),
+            breaker: engine.breaker().cloned(),
         }),
     });
     let admin_server = serve_admin(metrics_addr, pprof_addr, admin);

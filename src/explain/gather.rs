@@ -11,8 +11,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::config::PreciseKeys;
 use crate::config::{AnnotationKeys, Settings};
-use crate::digest::{ConfigPayload, digest_payload};
+use crate::digest::{ConfigPayload, KeyDigests, digest_payload, key_digests};
 use crate::index::{WorkloadEntry, workload_entry};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::policy::{PolicyReading, ReloadPolicy, config_flag};
@@ -213,11 +214,18 @@ where
                 .unwatched_secret_types
                 .insert(id.1.clone(), secret_type);
         }
+        let payload = obj.into_payload();
+        let keys = match settings.precise_keys {
+            PreciseKeys::Off => KeyDigests::default(),
+            _ => key_digests(&payload),
+        };
         let seen = ConfigSeen {
             ignore: config_flag(&annotations, &settings.keys.ignore),
             matched: config_flag(&annotations, &settings.keys.match_),
             selected: selected.as_ref().is_none_or(|s| s.contains(&id)),
-            hash: Some(digest_payload(obj.into_payload()).reloader_hash()),
+            hash: Some(digest_payload(payload).reloader_hash()),
+            keys,
+            held: None,
         };
         facts.configs.insert((K::KIND, id.1), seen);
     }
@@ -281,6 +289,8 @@ async fn add_spcs(
                 matched: config_flag(&annotations, &settings.keys.match_),
                 selected: true,
                 hash,
+                keys: KeyDigests::default(),
+                held: None,
             },
         );
     }

@@ -13,7 +13,7 @@ use super::unknown_keys::unknown_key;
 use super::{Lint, Severity};
 
 /// Every check, as named in findings and in docs/troubleshooting.md.
-pub const CHECKS: [&str; 17] = [
+pub const CHECKS: [&str; 19] = [
     "missing-config",
     "list-matches-nothing",
     "invalid-regex",
@@ -31,6 +31,8 @@ pub const CHECKS: [&str; 17] = [
     "rbac-fallback",
     "secret-type-ignored",
     "unknown-annotation",
+    "precise-keys-off",
+    "precise-keys-whole-config",
 ];
 
 struct Findings<'a> {
@@ -70,6 +72,7 @@ pub fn lint_workload(
     annotation_findings(&mut f, annotations);
     list_findings(&mut f, ns);
     verdict_findings(&mut f, explanation, ns);
+    precise_key_findings(&mut f, explanation);
     // Only when nothing more precise says why.
     if f.out.is_empty() && !entry.policy.is_inert() && !explanation.configs.iter().any(|c| c.reload)
     {
@@ -230,6 +233,41 @@ fn verdict_findings(f: &mut Findings<'_>, e: &Explanation, ns: &NamespaceFacts) 
                 ),
             );
         }
+    }
+}
+
+/// A workload asking for key-precise values (`kube-reloader.io/precise-keys: "true"`) that does
+/// not get them: the controller runs with the mode off, or a config is read whole.
+fn precise_key_findings(f: &mut Findings<'_>, e: &Explanation) {
+    if f.entry.policy.precise_keys != Toggle::True {
+        return;
+    }
+    if e.precise_keys == crate::config::PreciseKeys::Off {
+        f.push(
+            Severity::Warning,
+            "precise-keys-off",
+            "kube-reloader.io/precise-keys is \"true\", but the controller runs with \
+             --precise-keys=off: any change of a config it uses rolls it"
+                .into(),
+        );
+        return;
+    }
+    let whole = e.configs.iter().filter(|c| {
+        c.reload
+            && c.referenced
+            && c.counted_keys.is_none()
+            && c.kind != ConfigKind::SecretProviderClass
+    });
+    for c in whole {
+        f.push(
+            Severity::Warning,
+            "precise-keys-whole-config",
+            format!(
+                "kube-reloader.io/precise-keys is \"true\", but {}/{} is read whole (envFrom, \
+                 or a volume without items): a change of any of its keys rolls the workload",
+                c.kind, c.name
+            ),
+        );
     }
 }
 
@@ -419,14 +457,38 @@ mod tests {
                 vec!["--resources-to-ignore=secrets"],
                 "config-type-ignored",
             ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": "true"}),
+                &cfg,
+                vec![],
+                "precise-keys-off",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": "true"}),
+                &cfg,
+                vec!["--precise-keys=annotated"],
+                "precise-keys-whole-config",
+            ),
         ];
         for (annotations, container, flags, check) in cases {
             let found = lint(annotations.clone(), container.clone(), &flags);
             assert!(found.contains(&check), "{annotations}: {found:?}");
         }
         assert_eq!(
-            lint(json!({"reloader.stakater.com/auto": "true"}), cfg, &[]),
+            lint(
+                json!({"reloader.stakater.com/auto": "true"}),
+                cfg.clone(),
+                &[]
+            ),
             Vec::<&str>::new()
+        );
+        let key_ref = json!({"env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}]});
+        let precise =
+            json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": "true"});
+        assert_eq!(
+            lint(precise, key_ref, &["--precise-keys=annotated"]),
+            Vec::<&str>::new(),
+            "a key ref is what key-precise values are for"
         );
     }
 

@@ -122,6 +122,8 @@ pub struct LiveExplainer {
     /// controller, which never sees them.
     pub ignored_secrets: crate::watch::IgnoredSecretTypes,
     pub queue: Box<dyn QueueInspect>,
+    /// The churn breaker, with `--churn-limit`.
+    pub breaker: Option<Arc<crate::engine::ChurnBreaker>>,
 }
 
 /// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.
@@ -134,6 +136,26 @@ pub fn parse_workload_kind(kind: &str) -> Option<WorkloadKind> {
 }
 
 impl LiveExplainer {
+    /// What the churn breaker holds for `key`, in words.
+    fn held(&self, key: &crate::model::ConfigKey) -> Option<String> {
+        let breaker = self.breaker.as_ref()?;
+        let held = breaker.held(key)?;
+        let quiet = breaker.settings().quiet;
+        let ago = |t: tokio::time::Instant| t.elapsed().as_secs();
+        let release_in = held
+            .releases_at(quiet)
+            .saturating_duration_since(tokio::time::Instant::now());
+        Some(format!(
+            "churn breaker open for {}s ({} changes held, the last {}s ago): its workloads roll \
+             once to its latest value when it has not changed for {} (in {}s if it stays so)",
+            ago(held.opened),
+            held.held_changes,
+            ago(held.last_change),
+            crate::go_values::format_go_duration(quiet),
+            release_in.as_secs()
+        ))
+    }
+
     fn shard(&self, namespace: &str) -> ShardReport {
         let shard = self.ownership.shard();
         ShardReport {
@@ -174,6 +196,8 @@ impl LiveExplainer {
                         // Only configs the label selector selects reach the index.
                         selected: true,
                         hash: Some(state.digest.reloader_hash()),
+                        held: self.held(&key),
+                        keys: state.keys,
                     },
                 );
             }
@@ -301,6 +325,7 @@ mod tests {
             access: AccessPlan::default(),
             ignored_secrets: Default::default(),
             queue: Box::new(move |_: &WorkloadKey| queue.clone()),
+            breaker: None,
         }
     }
 

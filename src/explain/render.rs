@@ -61,6 +61,13 @@ pub fn config_text(out: &mut String, c: &ConfigReport) {
     if let (Some(container), Some(var)) = (&c.container, &c.env_var) {
         let _ = writeln!(out, "    env var:  {var} on container {container}");
     }
+    if let Some(keys) = &c.counted_keys {
+        let _ = writeln!(
+            out,
+            "    counts:   keys {} only (--precise-keys): a change of another key rolls nothing",
+            keys.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "    hash:     recorded {}, current {}: {}",
@@ -68,6 +75,9 @@ pub fn config_text(out: &mut String, c: &ConfigReport) {
         short(&c.current_hash),
         c.hash_state.describe(c.reload)
     );
+    if let Some(held) = &c.held {
+        let _ = writeln!(out, "    held:     {held}");
+    }
 }
 
 pub fn explanation_text(e: &Explanation, last: Option<&LastReload>) -> String {

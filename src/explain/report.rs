@@ -14,7 +14,7 @@ use crate::decide::{
     evaluate, scope_verdict,
 };
 use crate::index::WorkloadEntry;
-use crate::model::{ConfigKind, WorkloadKind};
+use crate::model::{ConfigKind, Counted, WorkloadKind};
 use crate::policy::{AnnotationRead, NamePattern, Toggle};
 use crate::references::{UseHow, choose_container, mounting_containers, visit_use_sites};
 use crate::reloader_format::naming::reload_env_var;
@@ -30,6 +30,10 @@ pub struct ConfigSeen {
     pub selected: bool,
     /// Reloader's hash of its current content (None: not known, e.g. no CSI pod status yet).
     pub hash: Option<String>,
+    /// Per-key digests of its content (with `--precise-keys` on), for key-precise values.
+    pub keys: crate::digest::KeyDigests,
+    /// The churn breaker holds its workloads (live only: the state is the controller's).
+    pub held: Option<String>,
 }
 
 /// What is known of the workload's namespace.
@@ -120,8 +124,13 @@ pub struct ConfigReport {
     pub container: Option<String>,
     pub env_var: Option<String>,
     pub recorded_hash: Option<String>,
+    /// The value the workload would record now: Reloader's hash, or the key-precise value.
     pub current_hash: Option<String>,
     pub hash_state: HashState,
+    /// The keys whose change rolls it (`None`: any key, the whole config counts).
+    pub counted_keys: Option<Vec<String>>,
+    /// The churn breaker holds reloads for this config: since when and until what.
+    pub held: Option<String>,
 }
 
 /// The parsed policy, per config type.
@@ -154,6 +163,8 @@ pub struct Explanation {
     pub name: String,
     pub strategy: &'static str,
     pub auto_reload_all: bool,
+    /// `--precise-keys`.
+    pub precise_keys: crate::config::PreciseKeys,
     pub policy: PolicyReport,
     /// Where each annotation was read from (CLI only: the index keeps no raw annotations).
     pub annotations: Vec<AnnotationRead>,
@@ -355,11 +366,26 @@ pub fn config_report(
         .uses_config(kind, name)
         .and_then(|u| u.recorded.as_deref().map(String::from))
         .or_else(|| (ctx.recorded)(kind, name));
-    let current = seen.and_then(|s| s.hash.clone());
+    let counted = entry.counted(kind, name, ctx.settings.precise_keys);
+    let current = seen.and_then(|s| Some(current_value(s.hash.clone()?, &s.keys, &counted)));
+    // A recorded value of either form is current (see ConfigState::is_current).
+    let reads = entry
+        .uses_config(kind, name)
+        .map(|u| u.reads.clone())
+        .unwrap_or_default();
+    let in_either_form = seen.and_then(|s| {
+        let full = s.hash.clone()?;
+        let precise = current_value(full.clone(), &s.keys, &reads);
+        Some([full, precise])
+    });
+    let recorded_as_current = match (&recorded, &in_either_form) {
+        (Some(r), Some(forms)) if forms.contains(r) => current.clone(),
+        _ => recorded.clone(),
+    };
     let hash_state = hash_state(
         seen.is_some(),
         reload,
-        recorded.as_deref(),
+        recorded_as_current.as_deref(),
         current.as_deref(),
     );
     ConfigReport {
@@ -388,6 +414,19 @@ pub fn config_report(
         recorded_hash: recorded,
         current_hash: current,
         hash_state,
+        counted_keys: match counted {
+            Counted::Whole => None,
+            Counted::Keys(keys) => Some(keys.iter().map(|k| k.to_string()).collect()),
+        },
+        held: seen.and_then(|s| s.held.clone()),
+    }
+}
+
+/// The value a workload counting `counted` records for content with Reloader hash `full`.
+fn current_value(full: String, keys: &crate::digest::KeyDigests, counted: &Counted) -> String {
+    match counted {
+        Counted::Keys(k) => keys.precise_value(k).unwrap_or(full),
+        Counted::Whole => full,
     }
 }
 
@@ -450,6 +489,7 @@ pub fn explain(
         name: entry.key.name.to_string(),
         strategy: ctx.settings.strategy.as_str(),
         auto_reload_all: ctx.settings.auto_reload_all,
+        precise_keys: ctx.settings.precise_keys,
         policy: policy_report(entry),
         annotations,
         configs,
