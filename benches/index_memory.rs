@@ -1,6 +1,8 @@
 //! Memory of the reverse index per workload, counted by a wrapping global allocator (bytes the
 //! index holds, not RSS): the load test's population (each Deployment using its own ConfigMap
-//! and Secret through envFrom, 10 workloads per namespace) at 10k and 100k workloads.
+//! and Secret through envFrom, 10 workloads per namespace) at 10k and 100k workloads; and the
+//! same with each Deployment reading two keys of each config through key refs, with
+//! `--precise-keys` off and on (per-key digests of 4-key configs kept).
 //!
 //! `cargo bench --bench index_memory` prints live bytes per workload and per config; the large
 //! load test's RSS (docs/performance.md) is this plus the process's fixed part and allocator
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::json;
 
 use kube_reloader::config::AnnotationKeys;
-use kube_reloader::digest::{ConfigPayload, digest_payload};
+use kube_reloader::digest::{ConfigPayload, KeyDigests, digest_payload, key_digests};
 use kube_reloader::index::{ConfigState, ReverseIndex, workload_entry};
 use kube_reloader::model::{ConfigKey, ConfigKind, WorkloadKind};
 
@@ -43,31 +45,73 @@ fn namespace(i: usize) -> String {
     format!("krlt-abcdef-{:05}", i / 10)
 }
 
-fn deployment(i: usize) -> serde_json::Value {
+/// How the population's Deployments read their configs, and whether per-key digests are kept.
+#[derive(Clone, Copy)]
+struct Population {
+    name: &'static str,
+    key_refs: bool,
+    precise_keys: bool,
+}
+
+const POPULATIONS: [Population; 3] = [
+    Population {
+        name: "envFrom, --precise-keys=off",
+        key_refs: false,
+        precise_keys: false,
+    },
+    Population {
+        name: "key refs, --precise-keys=off",
+        key_refs: true,
+        precise_keys: false,
+    },
+    Population {
+        name: "key refs, --precise-keys=all",
+        key_refs: true,
+        precise_keys: true,
+    },
+];
+
+fn container(i: usize, key_refs: bool) -> serde_json::Value {
+    if !key_refs {
+        return json!({"envFrom": [
+            {"configMapRef": {"name": format!("cm-{i}")}},
+            {"secretRef": {"name": format!("sec-{i}")}}
+        ]});
+    }
+    let cm = |key: &str| json!({"name": key.to_uppercase(), "valueFrom": {"configMapKeyRef": {"name": format!("cm-{i}"), "key": key}}});
+    let sec = |key: &str| json!({"name": key.to_uppercase(), "valueFrom": {"secretKeyRef": {"name": format!("sec-{i}"), "key": key}}});
+    json!({"env": [cm("url"), cm("timeout"), sec("user"), sec("password")]})
+}
+
+fn deployment(i: usize, key_refs: bool) -> serde_json::Value {
+    let mut app = container(i, key_refs);
+    app["name"] = json!("app");
+    app["image"] = json!("registry.k8s.io/pause:3.10");
     json!({
         "metadata": {
             "name": format!("w-{i}"), "namespace": namespace(i),
             "annotations": {"reloader.stakater.com/auto": "true"}
         },
-        "spec": {"template": {"spec": {"containers": [{
-            "name": "app", "image": "registry.k8s.io/pause:3.10",
-            "envFrom": [
-                {"configMapRef": {"name": format!("cm-{i}")}},
-                {"secretRef": {"name": format!("sec-{i}")}}
-            ]
-        }]}}}
+        "spec": {"template": {"spec": {"containers": [app]}}}
     })
 }
 
-fn state(i: usize) -> ConfigState {
-    let mut data = std::collections::BTreeMap::new();
-    data.insert("value".to_string(), format!("initial-{i}"));
+fn state(i: usize, precise_keys: bool) -> ConfigState {
+    let data: std::collections::BTreeMap<String, String> = ["url", "timeout", "user", "password"]
+        .iter()
+        .map(|k| (k.to_string(), format!("{k}-{i}")))
+        .collect();
+    let payload = ConfigPayload::ConfigMap {
+        data,
+        binary_data: Default::default(),
+    };
+    let keys = match precise_keys {
+        true => key_digests(&payload),
+        false => KeyDigests::default(),
+    };
     ConfigState {
-        keys: Default::default(),
-        digest: digest_payload(ConfigPayload::ConfigMap {
-            data,
-            binary_data: Default::default(),
-        }),
+        keys,
+        digest: digest_payload(payload),
         ignore: false,
         matched: false,
         resource_version: 1000 + i as u64,
@@ -75,33 +119,32 @@ fn state(i: usize) -> ConfigState {
 }
 
 /// Live bytes of an index holding `n` workloads and their `2n` configs.
-fn measure(n: usize) -> usize {
+fn measure(n: usize, population: Population) -> usize {
     let keys = AnnotationKeys::default();
     let before = LIVE.load(Ordering::Relaxed);
     let index = ReverseIndex::new();
     for i in 0..n {
         // Built and dropped one by one, as the watchers do: only what the index keeps stays.
-        index.apply_workload(
-            workload_entry(WorkloadKind::Deployment, &deployment(i), &keys).unwrap(),
-        );
+        let object = deployment(i, population.key_refs);
+        index.apply_workload(workload_entry(WorkloadKind::Deployment, &object, &keys).unwrap());
     }
     let workloads = LIVE.load(Ordering::Relaxed) - before;
     // As the config watch does it (interned namespace), after the workloads (the index then
     // reuses the workloads' copy of each name too; in the other order only the namespace).
     for i in 0..n {
         let ns = namespace(i);
-        index.apply_config(
-            ConfigKey::interned(ConfigKind::ConfigMap, &ns, &format!("cm-{i}")),
-            state(i),
-        );
-        index.apply_config(
-            ConfigKey::interned(ConfigKind::Secret, &ns, &format!("sec-{i}")),
-            state(i),
-        );
+        for (kind, name) in [
+            (ConfigKind::ConfigMap, format!("cm-{i}")),
+            (ConfigKind::Secret, format!("sec-{i}")),
+        ] {
+            let key = ConfigKey::interned(kind, &ns, &name);
+            index.apply_config(key, state(i, population.precise_keys));
+        }
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
     println!(
-        "index_memory/{n}: workloads and their edges {:.0} bytes per workload, configs {:.0} bytes per config",
+        "index_memory/{n} ({}): workloads and their edges {:.0} bytes per workload, configs {:.0} bytes per config",
+        population.name,
         workloads as f64 / n as f64,
         (held - workloads) as f64 / (2 * n) as f64
     );
@@ -121,11 +164,15 @@ fn main() {
     } else {
         &[1_000]
     };
-    for &n in sizes {
-        let held = measure(n);
+    for (&n, population) in sizes
+        .iter()
+        .flat_map(|n| POPULATIONS.iter().map(move |p| (n, *p)))
+    {
+        let held = measure(n, population);
         println!(
-            "index_memory/{n} workloads, {} configs: {:.1} MiB held, {:.0} bytes per workload (with its 2 configs)",
+            "index_memory/{n} workloads, {} configs ({}): {:.1} MiB held, {:.0} bytes per workload (with its 2 configs)",
             2 * n,
+            population.name,
             held as f64 / (1024.0 * 1024.0),
             held as f64 / n as f64
         );
