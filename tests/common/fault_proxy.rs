@@ -1,7 +1,7 @@
-//! A fault-injecting proxy between one controller and the API server: plain HTTP on loopback in
-//! front, the admin credentials behind (a kube `Client`). While a fault is armed, requests it
-//! matches get a real HTTP 500 with a Kubernetes `Status` body, as an overloaded or failing API
-//! server would answer; everything else (watches included) streams through.
+//! A fault-injecting proxy between one controller and the API server (the forwarding itself is
+//! `kube-reloader-apiproxy`'s). While a fault is armed, requests it matches get a real HTTP 500
+//! with a Kubernetes `Status` body, as an overloaded or failing API server would answer;
+//! everything else (watches included) streams through.
 //!
 //! Watches can be frozen and then expired, the way a watch breaks for real: a frozen watch
 //! delivers nothing more (its events are held back, then dropped), and on expiry it ends with
@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use apiproxy::{ApiProxy, Call, Hooks};
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderName, Method, StatusCode, header};
+use axum::http::{StatusCode, header, response};
 use axum::response::{IntoResponse, Response};
 
 /// Which requests fail: a LIST (GET without `watch`) of `resource` (e.g. "configmaps") whose
@@ -35,53 +35,38 @@ enum WatchFault {
     Expired(&'static str),
 }
 
-#[derive(Clone)]
-struct Shared {
-    fault: Arc<Mutex<Option<ListFault>>>,
-    failed: Arc<AtomicU64>,
-    watches: Arc<tokio::sync::watch::Sender<WatchFault>>,
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Self {
-            fault: Default::default(),
-            failed: Default::default(),
-            watches: Arc::new(tokio::sync::watch::Sender::new(WatchFault::None)),
-        }
-    }
+/// The armed faults, shared by the proxy's handler and the test.
+struct Faults {
+    list: Mutex<Option<ListFault>>,
+    failed: AtomicU64,
+    watches: tokio::sync::watch::Sender<WatchFault>,
 }
 
 pub struct FaultProxy {
-    shared: Shared,
+    faults: Arc<Faults>,
     kubeconfig: PathBuf,
-    task: tokio::task::JoinHandle<()>,
+    _proxy: ApiProxy,
 }
 
 impl FaultProxy {
     pub async fn start() -> Self {
-        let client = super::client().await;
-        let shared = Shared::default();
-        let app = axum::Router::new()
-            .fallback(forward)
-            .with_state((client, shared.clone()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let faults = Arc::new(Faults {
+            list: Mutex::new(None),
+            failed: AtomicU64::new(0),
+            watches: tokio::sync::watch::Sender::new(WatchFault::None),
+        });
+        let proxy = ApiProxy::start("fault-proxy", super::client().await, faults.clone())
             .await
             .expect("binding the fault proxy");
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let kubeconfig =
-            std::env::temp_dir().join(format!("kube-reloader-fault-proxy-{}.yaml", addr.port()));
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: http://{addr}\nusers:\n- name: proxy\n  user: {{}}\ncontexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: proxy\ncurrent-context: proxy\n"
-        );
-        std::fs::write(&kubeconfig, text).expect("writing the proxy kubeconfig");
+        let kubeconfig = std::env::temp_dir().join(format!(
+            "kube-reloader-fault-proxy-{}.yaml",
+            proxy.addr().port()
+        ));
+        std::fs::write(&kubeconfig, proxy.kubeconfig()).expect("writing the proxy kubeconfig");
         Self {
-            shared,
+            faults,
             kubeconfig,
-            task,
+            _proxy: proxy,
         }
     }
 
@@ -91,12 +76,12 @@ impl FaultProxy {
     }
 
     pub fn arm(&self, fault: ListFault) {
-        *self.shared.fault.lock().unwrap() = Some(fault);
+        *self.faults.list.lock().unwrap() = Some(fault);
     }
 
     /// Open and new watches of `resource` (e.g. "configmaps") deliver nothing from now on.
     pub fn freeze_watches(&self, resource: &'static str) {
-        self.shared
+        self.faults
             .watches
             .send_replace(WatchFault::Frozen(resource));
     }
@@ -104,71 +89,67 @@ impl FaultProxy {
     /// Frozen watches drop what they held and end with a `410 Expired` error event; watches
     /// opened after this stream normally.
     pub fn expire_watches(&self) {
-        let expired = match *self.shared.watches.borrow() {
+        let expired = match *self.faults.watches.borrow() {
             WatchFault::Frozen(resource) | WatchFault::Expired(resource) => resource,
             WatchFault::None => return,
         };
-        self.shared
+        self.faults
             .watches
             .send_replace(WatchFault::Expired(expired));
     }
 
     /// How many requests the fault has failed so far.
     pub fn failed(&self) -> u64 {
-        self.shared.failed.load(Ordering::Relaxed)
+        self.faults.failed.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
-        self.task.abort();
         let _ = std::fs::remove_file(&self.kubeconfig);
     }
 }
 
-/// The resource of a request path (`/api/v1/namespaces/a/configmaps` -> `configmaps`), and
-/// whether it names one object.
-fn resource_of(path: &str) -> Option<(&str, bool)> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest: &[&str] = match segs.as_slice() {
-        ["api", _, rest @ ..] | ["apis", _, _, rest @ ..] => rest,
-        _ => return None,
-    };
-    let rest = match rest {
-        ["namespaces", _ns, more @ ..] if !more.is_empty() => more,
-        other => other,
-    };
-    match rest {
-        [r] => Some((r, false)),
-        [r, ..] => Some((r, true)),
-        [] => None,
+impl Hooks for Faults {
+    fn request(&self, call: &Call) -> Option<Response> {
+        self.should_fail(call).then(injected_failure)
+    }
+
+    fn response(&self, call: &Call, _head: &response::Parts, body: Body) -> Body {
+        if call.verb != "watch" {
+            return body;
+        }
+        faultable_watch(body, call.resource.clone(), self.watches.subscribe())
     }
 }
 
-/// The resource of a watch request (`None`: not a watch).
-fn watched_resource(path: &str, query: Option<&str>) -> Option<String> {
-    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
-    watch.then(|| resource_of(path).map(|(r, _)| r.to_string()))?
+impl Faults {
+    fn should_fail(&self, call: &Call) -> bool {
+        if call.verb != "list" {
+            return false;
+        }
+        let mut fault = self.list.lock().unwrap();
+        let Some(f) = fault.as_mut() else {
+            return false;
+        };
+        let spared = call.query.as_deref().is_some_and(|q| q.contains(f.spare));
+        if f.remaining == 0 || spared || call.resource != f.resource {
+            return false;
+        }
+        f.remaining -= 1;
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        true
+    }
 }
 
-fn should_fail(shared: &Shared, method: &Method, path: &str, query: Option<&str>) -> bool {
-    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("watch=")));
-    let is_list =
-        *method == Method::GET && !watch && resource_of(path).is_some_and(|(_, named)| !named);
-    if !is_list {
-        return false;
-    }
-    let mut fault = shared.fault.lock().unwrap();
-    let Some(f) = fault.as_mut() else {
-        return false;
-    };
-    let spared = query.is_some_and(|q| q.contains(f.spare));
-    if f.remaining == 0 || spared || resource_of(path).map(|(r, _)| r) != Some(f.resource) {
-        return false;
-    }
-    f.remaining -= 1;
-    shared.failed.fetch_add(1, Ordering::Relaxed);
-    true
+fn injected_failure() -> Response {
+    let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected by the test's fault proxy","reason":"InternalError","code":500}"#;
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        [(header::CONTENT_TYPE, "application/json")],
+        status,
+    )
+        .into_response()
 }
 
 /// The error event an API server ends a watch with when it cannot resume it.
@@ -245,74 +226,5 @@ impl WatchBody {
                 changed = self.faults.changed() => changed.ok()?,
             }
         }
-    }
-}
-
-fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "host"
-    )
-}
-
-async fn forward(State((client, shared)): State<(kube::Client, Shared)>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    if should_fail(&shared, &parts.method, parts.uri.path(), parts.uri.query()) {
-        let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected by the test's fault proxy","reason":"InternalError","code":500}"#;
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "application/json")],
-            status,
-        )
-            .into_response();
-    }
-    let bytes = match axum::body::to_bytes(body, 64 << 20).await {
-        Ok(b) => b,
-        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
-    };
-    let uri = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
-    let mut out = axum::http::Request::builder().method(parts.method).uri(uri);
-    for (k, v) in &parts.headers {
-        if !hop_by_hop(k) && k != header::CONTENT_LENGTH {
-            out = out.header(k, v);
-        }
-    }
-    let out = match out.body(kube::client::Body::from(bytes)) {
-        Ok(r) => r,
-        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
-    };
-    match client.send(out).await {
-        Ok(resp) => {
-            let (mut p, b) = resp.into_parts();
-            let names: Vec<HeaderName> = p
-                .headers
-                .keys()
-                .filter(|k| hop_by_hop(k))
-                .cloned()
-                .collect();
-            for n in names {
-                p.headers.remove(n);
-            }
-            let body = Body::new(b);
-            match watched_resource(parts.uri.path(), parts.uri.query()) {
-                Some(resource) => {
-                    let faults = shared.watches.subscribe();
-                    Response::from_parts(p, faultable_watch(body, resource, faults))
-                }
-                None => Response::from_parts(p, body),
-            }
-        }
-        Err(e) => (StatusCode::BAD_GATEWAY, format!("fault proxy: {e}")).into_response(),
     }
 }
