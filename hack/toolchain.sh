@@ -31,101 +31,25 @@ K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 
-CACHE=${KUBE_RELOADER_CACHE:-$HOME/.cache/kube-reloader}
+GO_BUILD_NAME=toolchain
+# shellcheck source=hack/lib/go-build.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/go-build.sh"
 BIN=$CACHE/k8s-$K8S_VERSION/bin
-STAMPS=$BIN/.stamps
-WRAPPERS=$CACHE/wrappers
 
-log() { printf '[toolchain] %s\n' "$*" >&2; }
-die() { printf '[toolchain] ERROR: %s\n' "$*" >&2; exit 1; }
-
-if [[ ${1:-} == --bin-dir ]]; then
-    echo "$BIN"
-    exit 0
-fi
-
-# stamp_ok NAME VERSION: binary exists and was built from VERSION.
-stamp_ok() {
-    [[ -x $BIN/$1 && -f $STAMPS/$1 && "$(cat "$STAMPS/$1")" == "$2" ]]
-}
-write_stamp() { mkdir -p "$STAMPS"; echo "$2" >"$STAMPS/$1"; }
-
-need_etcd=1 need_k8s=1 need_kwok=1
-stamp_ok etcd "$ETCD_VERSION" && need_etcd=0
-stamp_ok kube-apiserver "$K8S_VERSION" &&
-    stamp_ok kube-controller-manager "$K8S_VERSION" &&
-    stamp_ok kubectl "$K8S_VERSION" && need_k8s=0
-stamp_ok kwok "$KWOK_VERSION" && need_kwok=0
-
-# Fast path: nothing to do, and Go is not even needed.
-if ((need_etcd + need_k8s + need_kwok == 0)); then
-    log "up to date: k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION in $BIN"
-    echo "$BIN"
-    exit 0
-fi
-
-# --- something has to be built: set up Go ---------------------------------
-command -v go >/dev/null 2>&1 ||
-    die "Go is not installed (or not on PATH). Install Go >= 1.26 to build the control plane (k8s $K8S_VERSION needs it)."
-go_version=$(go env GOVERSION) # e.g. go1.26.8
-[[ $go_version =~ ^go1\.([0-9]+) ]] || die "cannot parse Go version '$go_version'"
-((BASH_REMATCH[1] >= 26)) || die "Go $go_version is too old: k8s $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION need Go >= 1.26"
-
-mkdir -p "$CACHE/go" "$BIN" "$WRAPPERS"
-
-# Only one build at a time (parallel test runners may all call `cluster.sh up`).
-# The second caller waits, then finds the stamps and does nothing.
-exec 9>"$CACHE/.toolchain.lock"
-if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
-    log "another toolchain build is running; waiting for $CACHE/.toolchain.lock"
-    flock 9
-fi
-
-# One self-contained cache directory. GOTOOLCHAIN=local: never try to download
-# another Go toolchain (the go.mod files below say `go 1.26.0`, which we meet).
-# GOWORK=off and a clean GOFLAGS: ignore any workspace / flags of the caller.
-# CGO_ENABLED=0: static binaries, no C toolchain needed.
-export GOPATH=$CACHE/go GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build
-export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
-unset GOOS GOARCH # build for this host, whatever the caller cross-compiles for
-
-# Re-check after taking the lock: another process may have built meanwhile.
-stamp_ok etcd "$ETCD_VERSION" && need_etcd=0
-stamp_ok kube-apiserver "$K8S_VERSION" &&
-    stamp_ok kube-controller-manager "$K8S_VERSION" &&
-    stamp_ok kubectl "$K8S_VERSION" && need_k8s=0
-stamp_ok kwok "$KWOK_VERSION" && need_kwok=0
-
-# gomod_file MODULE@VERSION: path of that module's go.mod in the module cache
-# (downloads the module; the zip is needed for the build anyway).
-gomod_file() {
-    go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])'
+# Sets what is left to build; true when nothing is.
+up_to_date() {
+    need_etcd=1 need_k8s=1 need_kwok=1
+    stamp_ok etcd "$ETCD_VERSION" && need_etcd=0
+    stamp_ok kube-apiserver "$K8S_VERSION" &&
+        stamp_ok kube-controller-manager "$K8S_VERSION" &&
+        stamp_ok kubectl "$K8S_VERSION" && need_k8s=0
+    stamp_ok kwok "$KWOK_VERSION" && need_kwok=0
+    ((need_etcd + need_k8s + need_kwok == 0))
 }
 
-# go_directives GOMOD: the `go` line and the `godebug` line(s)/block of a
-# go.mod, so the wrapper builds with the same language version and the same
-# GODEBUG defaults the upstream project ships with.
-go_directives() {
-    awk '
-        /^go [0-9]/              { print; next }
-        /^godebug[ \t]*\(/       { inblock = 1 }
-        inblock                  { print; if ($0 ~ /^\)/) inblock = 0; next }
-        /^godebug[ \t]/          { print }
-    ' "$1"
-}
-
-# build_into NAME... -- GO BUILD ARGS: `go build -o tmpdir/ ...`, then move the
-# binaries into $BIN only once all of them linked, so a failed or interrupted
-# build never leaves a half-written binary that looks valid.
-install_from() {
-    local tmp=$1
-    shift
-    local name
-    for name in "$@"; do
-        [[ -x $tmp/$name ]] || die "go build did not produce $name"
-        mv -f "$tmp/$name" "$BIN/$name"
-    done
-}
+# Parallel test runners may all call `cluster.sh up`: one builds, the others wait and find
+# the stamps.
+go_build_prepare "k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION" "$@"
 
 SECONDS=0
 
@@ -153,7 +77,6 @@ if ((need_etcd)); then
     (cd "$w" && go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3) ||
         die "building etcd $ETCD_VERSION failed"
     install_from "$tmp" etcd
-    rm -rf "$tmp"
     write_stamp etcd "$ETCD_VERSION"
     log "etcd $ETCD_VERSION built in $((SECONDS - start))s"
 fi
@@ -213,11 +136,7 @@ PY
     # Version stamping, as Kubernetes' own hack/lib/version.sh does, so that
     # /version and `kubectl version` report $K8S_VERSION instead of v0.0.0.
     # (component-base serves /version; client-go is what kubectl reports.)
-    git_commit=$(python3 -c '
-import json, sys
-info = json.load(open(sys.argv[1]))
-print((info.get("Origin") or {}).get("Hash", ""))' \
-        "$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.info" 2>/dev/null || true)
+    git_commit=$(module_commit k8s.io/kubernetes "$K8S_VERSION")
     build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
     ldflags="-s -w"
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -234,7 +153,6 @@ print((info.get("Origin") or {}).get("Hash", ""))' \
     (cd "$w" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}") ||
         die "building Kubernetes $K8S_VERSION failed (wrapper: $w/go.mod)"
     install_from "$tmp" "${k8s_cmds[@]}"
-    rm -rf "$tmp"
     for c in "${k8s_cmds[@]}"; do write_stamp "$c" "$K8S_VERSION"; done
     log "Kubernetes $K8S_VERSION binaries built in $((SECONDS - start))s"
 fi
@@ -264,7 +182,6 @@ if ((need_kwok)); then
     (cd "$w" && go build -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok) ||
         die "building kwok $KWOK_VERSION failed"
     install_from "$tmp" kwok
-    rm -rf "$tmp"
     write_stamp kwok "$KWOK_VERSION"
     log "kwok $KWOK_VERSION built in $((SECONDS - start))s"
 fi
