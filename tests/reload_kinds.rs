@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use common::crds;
 use common::objects::*;
-use common::{Controller, TestNamespace, wait_for};
+use common::{Controller, TestNamespace, each_row, wait_for};
 
 const TEMPLATE: &str = "/spec/template";
 const ROLLOUT_API: &str = "argoproj.io/v1alpha1";
@@ -90,16 +90,58 @@ fn deployment_config(name: &str, annotations: Value, spec: Value) -> Value {
     dc
 }
 
-/// One opted-in workload of a patched kind gets the hash in its template; its twin without
-/// the annotation, referencing the same config, is left alone by the same change.
-async fn assert_template_patched(
-    prefix: &str,
+/// A kind whose reload is a patch of its pod template, reading the config one way.
+struct PatchedKind {
+    prefix: &'static str,
     build: fn(&str, Value, Value) -> Value,
-    kind: &str,
-    config_kind: &str,
+    kind: &'static str,
+    config_kind: &'static str,
     uses: Value,
     volumes: Value,
-) {
+}
+
+/// Each patched kind with another kind of reference: a mounted ConfigMap, a Secret key ref, an
+/// envFrom ConfigMap.
+fn patched_kinds() -> Vec<PatchedKind> {
+    vec![
+        PatchedKind {
+            prefix: "kinds-deploy",
+            build: deployment,
+            kind: "Deployment",
+            config_kind: "ConfigMap",
+            uses: json!({"volumeMounts": [{"name": "creds", "mountPath": "/etc/creds"}]}),
+            volumes: json!([{"name": "creds", "configMap": {"name": "app-creds"}}]),
+        },
+        PatchedKind {
+            prefix: "kinds-sts",
+            build: statefulset,
+            kind: "StatefulSet",
+            config_kind: "Secret",
+            uses: json!({"env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "app-creds", "key": "pw"}}}]}),
+            volumes: json!([]),
+        },
+        PatchedKind {
+            prefix: "kinds-ds",
+            build: daemonset,
+            kind: "DaemonSet",
+            config_kind: "ConfigMap",
+            uses: env_from_configmap("app-creds"),
+            volumes: json!([]),
+        },
+    ]
+}
+
+/// One opted-in workload of a patched kind gets the hash in its template; its twin without
+/// the annotation, referencing the same config, is left alone by the same change.
+async fn assert_template_patched(row: PatchedKind) {
+    let PatchedKind {
+        prefix,
+        build,
+        kind,
+        config_kind,
+        uses,
+        volumes,
+    } = row;
     let ns = TestNamespace::new(prefix).await;
     let c = &ns.client;
     let config = match config_kind {
@@ -129,42 +171,8 @@ async fn assert_template_patched(
 }
 
 #[tokio::test]
-async fn deployment_template_gets_the_hash_of_a_mounted_configmap() {
-    assert_template_patched(
-        "kinds-deploy",
-        deployment,
-        "Deployment",
-        "ConfigMap",
-        json!({"volumeMounts": [{"name": "creds", "mountPath": "/etc/creds"}]}),
-        json!([{"name": "creds", "configMap": {"name": "app-creds"}}]),
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn statefulset_template_gets_the_hash_of_a_secret_key_ref() {
-    assert_template_patched(
-        "kinds-sts",
-        statefulset,
-        "StatefulSet",
-        "Secret",
-        json!({"env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "app-creds", "key": "pw"}}}]}),
-        json!([]),
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn daemonset_template_gets_the_hash_of_an_env_from_configmap() {
-    assert_template_patched(
-        "kinds-ds",
-        daemonset,
-        "DaemonSet",
-        "ConfigMap",
-        env_from_configmap("app-creds"),
-        json!([]),
-    )
-    .await;
+async fn each_patched_kind_gets_the_hash_in_its_template_and_its_twin_is_left_alone() {
+    each_row(patched_kinds(), |r| r.kind.into(), assert_template_patched).await;
 }
 
 #[tokio::test]
@@ -323,36 +331,120 @@ async fn ignored_workload_types_leave_jobs_and_cronjobs_alone() {
     );
 }
 
-#[tokio::test]
-async fn argo_rollout_template_is_patched_with_the_flag() {
-    let ns = TestNamespace::new("kinds-argo").await;
-    let c = &ns.client;
-    crds::ensure(c, &[crds::ARGO_ROLLOUTS]).await;
-    create(c, &ns.name, configmap("web-config", json!({"k": "v1"}))).await;
-    create(
-        c,
-        &ns.name,
-        rollout(
-            "web",
-            auto(),
-            pod_spec(env_from_configmap("web-config"), json!([])),
-        ),
-    )
-    .await;
-    let _controller = Controller::start(&[&scope(&ns), "--is-Argo-Rollouts=true"]).await;
+/// A CRD-backed kind the controller reloads through its template once it handles the kind: by
+/// flag, or because the kind's API is served.
+struct CrdKind {
+    case: &'static str,
+    prefix: &'static str,
+    crd: &'static str,
+    flags: &'static [&'static str],
+    config: Value,
+    /// The config's data after the change.
+    change: Value,
+    workload: Value,
+    var: &'static str,
+    hash: String,
+    /// What else must hold once the var is there, on the workload or the controller.
+    then: fn(&Value, &Controller),
+}
 
-    set_data(&ns, "ConfigMap", "web-config", json!({"k": "v2"})).await;
-    let seen = wait_env(
-        &ns,
-        ROLLOUT_API,
-        "Rollout",
-        "web",
-        "STAKATER_WEB_CONFIG_CONFIGMAP",
-    )
-    .await;
-    assert_eq!(seen, configmap_hash(&[("k", "v2")]));
-    let obj = read(&ns, ROLLOUT_API, "Rollout", "web").await;
-    assert!(obj.pointer("/spec/restartAt").is_none(), "{obj}");
+fn crd_kinds() -> Vec<CrdKind> {
+    vec![
+        CrdKind {
+            case: "Rollout with --is-Argo-Rollouts",
+            prefix: "kinds-argo",
+            crd: crds::ARGO_ROLLOUTS,
+            flags: &["--is-Argo-Rollouts=true"],
+            config: configmap("web-config", json!({"k": "v1"})),
+            change: json!({"k": "v2"}),
+            workload: rollout(
+                "web",
+                auto(),
+                pod_spec(env_from_configmap("web-config"), json!([])),
+            ),
+            var: "STAKATER_WEB_CONFIG_CONFIGMAP",
+            hash: configmap_hash(&[("k", "v2")]),
+            then: |obj, _| assert!(obj.pointer("/spec/restartAt").is_none(), "{obj}"),
+        },
+        CrdKind {
+            case: "DeploymentConfig with --is-openshift",
+            prefix: "kinds-dc",
+            crd: crds::DEPLOYMENT_CONFIGS,
+            flags: &["--is-openshift=true"],
+            config: secret("dc-secret", json!({"pw": "one"})),
+            change: json!({"pw": "two"}),
+            workload: deployment_config(
+                "legacy",
+                json!({"secret.reloader.stakater.com/reload": "dc-secret"}),
+                pod_spec(
+                    json!({"volumeMounts": [{"name": "s", "mountPath": "/s"}]}),
+                    json!([{"name": "s", "secret": {"secretName": "dc-secret"}}]),
+                ),
+            ),
+            var: "STAKATER_DC_SECRET_SECRET",
+            hash: configmap_hash(&[("pw", "two")]),
+            then: |_, _| {},
+        },
+        // The CRD makes `apps.openshift.io` appear in discovery, which the controller checks at
+        // start.
+        CrdKind {
+            case: "DeploymentConfig without the flag, its API served",
+            prefix: "kinds-dc-detect",
+            crd: crds::DEPLOYMENT_CONFIGS,
+            flags: &[],
+            config: configmap("dc-config", json!({"k": "v1"})),
+            change: json!({"k": "v2"}),
+            workload: deployment_config(
+                "legacy",
+                auto(),
+                pod_spec(env_from_configmap("dc-config"), json!([])),
+            ),
+            var: "STAKATER_DC_CONFIG_CONFIGMAP",
+            hash: configmap_hash(&[("k", "v2")]),
+            then: |_, controller| {
+                let logs = controller.logs();
+                assert!(logs.contains("apps.openshift.io is served"), "{logs}");
+            },
+        },
+    ]
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("{v} is not a string"))
+}
+
+async fn assert_crd_kind_reloaded(row: CrdKind) {
+    let ns = TestNamespace::new(row.prefix).await;
+    let c = &ns.client;
+    crds::ensure(c, &[row.crd]).await;
+    create(c, &ns.name, row.config.clone()).await;
+    create(c, &ns.name, row.workload.clone()).await;
+    let scope = scope(&ns);
+    let args: Vec<&str> = [scope.as_str()]
+        .into_iter()
+        .chain(row.flags.iter().copied())
+        .collect();
+    let controller = Controller::start(&args).await;
+
+    let (config_kind, config) = (
+        text(&row.config["kind"]),
+        text(&row.config["metadata"]["name"]),
+    );
+    set_data(&ns, config_kind, config, row.change).await;
+    let w = &row.workload;
+    let (api, kind, name) = (
+        text(&w["apiVersion"]),
+        text(&w["kind"]),
+        text(&w["metadata"]["name"]),
+    );
+    let seen = wait_env(&ns, api, kind, name, row.var).await;
+    assert_eq!(seen, row.hash);
+    (row.then)(&read(&ns, api, kind, name).await, &controller);
+}
+
+#[tokio::test]
+async fn each_crd_kind_is_patched_once_handled() {
+    each_row(crd_kinds(), |r| r.case.into(), assert_crd_kind_reloaded).await;
 }
 
 #[tokio::test]
@@ -424,74 +516,5 @@ async fn argo_rollouts_are_left_alone_without_the_flag() {
     assert_eq!(
         after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
         "a Rollout was written without --is-Argo-Rollouts: {after}"
-    );
-}
-
-#[tokio::test]
-async fn deployment_config_template_is_patched_with_the_flag() {
-    let ns = TestNamespace::new("kinds-dc").await;
-    let c = &ns.client;
-    crds::ensure(c, &[crds::DEPLOYMENT_CONFIGS]).await;
-    create(c, &ns.name, secret("dc-secret", json!({"pw": "one"}))).await;
-    create(
-        c,
-        &ns.name,
-        deployment_config(
-            "legacy",
-            json!({"secret.reloader.stakater.com/reload": "dc-secret"}),
-            pod_spec(
-                json!({"volumeMounts": [{"name": "s", "mountPath": "/s"}]}),
-                json!([{"name": "s", "secret": {"secretName": "dc-secret"}}]),
-            ),
-        ),
-    )
-    .await;
-    let _controller = Controller::start(&[&scope(&ns), "--is-openshift=true"]).await;
-
-    set_data(&ns, "Secret", "dc-secret", json!({"pw": "two"})).await;
-    let seen = wait_env(
-        &ns,
-        DC_API,
-        "DeploymentConfig",
-        "legacy",
-        "STAKATER_DC_SECRET_SECRET",
-    )
-    .await;
-    assert_eq!(seen, configmap_hash(&[("pw", "two")]));
-}
-
-#[tokio::test]
-async fn deployment_config_is_rolled_without_the_flag_when_its_api_is_served() {
-    let ns = TestNamespace::new("kinds-dc-detect").await;
-    let c = &ns.client;
-    // The CRD makes `apps.openshift.io` appear in discovery, which the controller checks at start.
-    crds::ensure(c, &[crds::DEPLOYMENT_CONFIGS]).await;
-    create(c, &ns.name, configmap("dc-config", json!({"k": "v1"}))).await;
-    create(
-        c,
-        &ns.name,
-        deployment_config(
-            "legacy",
-            auto(),
-            pod_spec(env_from_configmap("dc-config"), json!([])),
-        ),
-    )
-    .await;
-    let controller = Controller::start(&[&scope(&ns)]).await;
-
-    set_data(&ns, "ConfigMap", "dc-config", json!({"k": "v2"})).await;
-    let seen = wait_env(
-        &ns,
-        DC_API,
-        "DeploymentConfig",
-        "legacy",
-        "STAKATER_DC_CONFIG_CONFIGMAP",
-    )
-    .await;
-    assert_eq!(seen, configmap_hash(&[("k", "v2")]));
-    assert!(
-        controller.logs().contains("apps.openshift.io is served"),
-        "{}",
-        controller.logs()
     );
 }

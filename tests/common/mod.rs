@@ -123,6 +123,41 @@ where
     panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
 }
 
+/// Runs `check` on each row of a table in turn, each in a task of its own, so that a failing row
+/// neither stops the rows after it nor hides which row failed; then fails listing every failed
+/// row by its `label` with its panic message.
+pub async fn each_row<R, Fut>(rows: Vec<R>, label: fn(&R) -> String, check: fn(R) -> Fut)
+where
+    R: Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut failed = Vec::new();
+    for row in rows {
+        let name = label(&row);
+        if let Err(e) = tokio::spawn(check(row)).await {
+            failed.push(format!("{name}: {}", panic_message(e)));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} row(s) failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+fn panic_message(e: tokio::task::JoinError) -> String {
+    let Ok(payload) = e.try_into_panic() else {
+        return "cancelled".into();
+    };
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => payload
+            .downcast_ref::<&str>()
+            .map_or_else(|| "(a panic without a message)".into(), |s| s.to_string()),
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
