@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use common::crds;
 use common::objects::*;
-use common::{Controller, TestNamespace, wait_for};
+use common::{Controller, TestNamespace, each_row, wait_for};
 
 const WAIT: Duration = Duration::from_secs(30);
 const AUTO: &str = "reloader.stakater.com/auto";
@@ -154,11 +154,19 @@ fn reloader_patch(var: &str, hash: &str) -> Value {
     ]}}}})
 }
 
-async fn patched_kind_matches_reloaders_merge(
-    prefix: &str,
+/// A kind Reloader reloads with a strategic merge patch; `twin` gets Reloader's patches by hand.
+struct PatchedKind {
+    prefix: &'static str,
     build: fn(&str, Value, Value) -> Value,
-    kind: &str,
-) {
+    kind: &'static str,
+}
+
+async fn patched_kind_matches_reloaders_merge(row: PatchedKind) {
+    let PatchedKind {
+        prefix,
+        build,
+        kind,
+    } = row;
     let ns = TestNamespace::new(prefix).await;
     let changes = Changes::new();
     create_configs(&ns).await;
@@ -213,18 +221,30 @@ async fn patched_kind_matches_reloaders_merge(
 }
 
 #[tokio::test]
-async fn deployment_new_vars_go_first_newest_first_like_reloaders_merge_patch() {
-    patched_kind_matches_reloaders_merge("order-deploy", deployment, "Deployment").await;
-}
-
-#[tokio::test]
-async fn daemonset_new_vars_go_first_newest_first_like_reloaders_merge_patch() {
-    patched_kind_matches_reloaders_merge("order-ds", daemonset, "DaemonSet").await;
-}
-
-#[tokio::test]
-async fn statefulset_new_vars_go_first_newest_first_like_reloaders_merge_patch() {
-    patched_kind_matches_reloaders_merge("order-sts", statefulset, "StatefulSet").await;
+async fn patched_kinds_get_new_vars_first_newest_first_like_reloaders_merge_patch() {
+    let rows = vec![
+        PatchedKind {
+            prefix: "order-deploy",
+            build: deployment,
+            kind: "Deployment",
+        },
+        PatchedKind {
+            prefix: "order-ds",
+            build: daemonset,
+            kind: "DaemonSet",
+        },
+        PatchedKind {
+            prefix: "order-sts",
+            build: statefulset,
+            kind: "StatefulSet",
+        },
+    ];
+    each_row(
+        rows,
+        |r| r.kind.into(),
+        patched_kind_matches_reloaders_merge,
+    )
+    .await;
 }
 
 /// After all three changes, on a kind Reloader updates whole: appended, existing in place.
@@ -239,55 +259,80 @@ fn appended(changes: &Changes) -> [Value; 6] {
     ]
 }
 
-#[tokio::test]
-async fn argo_rollout_new_vars_are_appended() {
-    let ns = TestNamespace::new("order-argo").await;
-    crds::ensure(&ns.client, &[crds::ARGO_ROLLOUTS]).await;
-    let changes = Changes::new();
-    create_configs(&ns).await;
-    let mut rollout = deployment("web", json!({AUTO: "true"}), pod(&changes));
-    rollout["apiVersion"] = json!(ROLLOUT_API);
-    rollout["kind"] = json!("Rollout");
-    create(&ns.client, &ns.name, rollout).await;
-    let _controller = Controller::start(&[
-        &format!("--namespaces={}", ns.name),
-        "--is-Argo-Rollouts=true",
-    ])
-    .await;
-
-    for step in 0..3 {
-        change(&ns, step).await;
-        let (var, hash) = step_var(&changes, step);
-        wait_var(&ns, ROLLOUT_API, "Rollout", "web", var, &hash).await;
-    }
-    let obj = get(&ns.client, &ns.name, ROLLOUT_API, "Rollout", "web")
-        .await
-        .unwrap();
-    assert_template(&obj, "/spec/template", &appended(&changes), "Rollout");
+/// A kind updated whole (or re-created), so a new var lands after the existing ones.
+struct AppendedKind {
+    prefix: &'static str,
+    crd: Option<&'static str>,
+    flags: &'static [&'static str],
+    api: &'static str,
+    kind: &'static str,
+    name: &'static str,
+    build: fn(&str, Value, Value) -> Value,
 }
 
-#[tokio::test]
-async fn recreated_job_carries_new_vars_appended() {
-    let ns = TestNamespace::new("order-job").await;
+fn rollout(name: &str, annotations: Value, spec: Value) -> Value {
+    let mut rollout = deployment(name, annotations, spec);
+    rollout["apiVersion"] = json!(ROLLOUT_API);
+    rollout["kind"] = json!("Rollout");
+    rollout
+}
+
+async fn appended_kind_carries_new_vars_appended(row: AppendedKind) {
+    let ns = TestNamespace::new(row.prefix).await;
+    if let Some(crd) = row.crd {
+        crds::ensure(&ns.client, &[crd]).await;
+    }
     let changes = Changes::new();
     create_configs(&ns).await;
-    create(
-        &ns.client,
-        &ns.name,
-        job("migrate", json!({AUTO: "true"}), pod(&changes)),
-    )
-    .await;
-    let _controller = Controller::start(&[&format!("--namespaces={}", ns.name)]).await;
+    let workload = (row.build)(row.name, json!({AUTO: "true"}), pod(&changes));
+    create(&ns.client, &ns.name, workload).await;
+    let scope = format!("--namespaces={}", ns.name);
+    let args: Vec<&str> = [scope.as_str()]
+        .into_iter()
+        .chain(row.flags.iter().copied())
+        .collect();
+    let _controller = Controller::start(&args).await;
 
     for step in 0..3 {
         change(&ns, step).await;
         let (var, hash) = step_var(&changes, step);
-        wait_var(&ns, "batch/v1", "Job", "migrate", var, &hash).await;
+        wait_var(&ns, row.api, row.kind, row.name, var, &hash).await;
     }
-    let obj = get(&ns.client, &ns.name, "batch/v1", "Job", "migrate")
+    let obj = get(&ns.client, &ns.name, row.api, row.kind, row.name)
         .await
         .unwrap();
-    assert_template(&obj, "/spec/template", &appended(&changes), "Job");
+    assert_template(&obj, "/spec/template", &appended(&changes), row.kind);
+}
+
+/// An Argo Rollout (with its flag), and a Job, which is re-created on each change.
+#[tokio::test]
+async fn rollout_and_recreated_job_carry_new_vars_appended() {
+    let rows = vec![
+        AppendedKind {
+            prefix: "order-argo",
+            crd: Some(crds::ARGO_ROLLOUTS),
+            flags: &["--is-Argo-Rollouts=true"],
+            api: ROLLOUT_API,
+            kind: "Rollout",
+            name: "web",
+            build: rollout,
+        },
+        AppendedKind {
+            prefix: "order-job",
+            crd: None,
+            flags: &[],
+            api: "batch/v1",
+            kind: "Job",
+            name: "migrate",
+            build: job,
+        },
+    ];
+    each_row(
+        rows,
+        |r| r.kind.into(),
+        appended_kind_carries_new_vars_appended,
+    )
+    .await;
 }
 
 /// Each change makes a new Job from the unchanged CronJob: its template plus the one var.
