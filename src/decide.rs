@@ -414,7 +414,7 @@ mod tests {
         ReloadPolicy::parse(&AnnotationKeys::default(), &m, &BTreeMap::new())
     }
 
-    fn cm<'a>(name: &'a str) -> ConfigFacts<'a> {
+    const fn cm<'a>(name: &'a str) -> ConfigFacts<'a> {
         ConfigFacts {
             kind: ConfigKind::ConfigMap,
             name,
@@ -611,100 +611,122 @@ mod tests {
         )
     }
 
+    /// A config, the workload's annotations and whether its pod template uses the config, and
+    /// the first rule of the decision table that says no to them.
+    #[derive(Clone, Copy)]
+    struct NoRow {
+        config: ConfigFacts<'static>,
+        meta: &'static [(&'static str, &'static str)],
+        referenced: bool,
+        want: NoReason,
+    }
+
+    const AUTO: &[(&str, &str)] = &[("reloader.stakater.com/auto", "true")];
+
+    /// Every reason of the table but the first (the workload's kind, not the rows' Deployment).
+    const NO_ROWS: &[NoRow] = &[
+        NoRow {
+            config: ConfigFacts {
+                ignore: true,
+                ..cm("c")
+            },
+            meta: AUTO,
+            referenced: true,
+            want: NoReason::ConfigIgnored,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[
+                ("reloader.stakater.com/auto", "true"),
+                ("configmaps.exclude.reloader.stakater.com/reload", "c"),
+            ],
+            referenced: true,
+            want: NoReason::Excluded,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[("reloader.stakater.com/search", "true")],
+            referenced: true,
+            want: NoReason::SearchWithoutMatch,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[("reloader.stakater.com/auto", "false")],
+            referenced: true,
+            want: NoReason::AutoFalse,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[("reloader.stakater.com/auto", "yes")],
+            referenced: true,
+            want: NoReason::AutoFalse,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[("configmap.reloader.stakater.com/auto", "false")],
+            referenced: true,
+            want: NoReason::TypedAutoFalse,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[("secret.reloader.stakater.com/auto", "true")],
+            referenced: true,
+            want: NoReason::TypedAutoOfAnotherType {
+                on: ConfigKind::Secret,
+            },
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[("configmap.reloader.stakater.com/reload", "other")],
+            referenced: true,
+            want: NoReason::NotInReloadList,
+        },
+        // A Secret named in the ConfigMap list: not this type's list.
+        NoRow {
+            config: ConfigFacts {
+                kind: ConfigKind::Secret,
+                ..cm("s")
+            },
+            meta: &[("configmap.reloader.stakater.com/reload", "s")],
+            referenced: true,
+            want: NoReason::NotOptedIn,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: AUTO,
+            referenced: false,
+            want: NoReason::NotReferenced,
+        },
+        NoRow {
+            config: cm("c"),
+            meta: &[],
+            referenced: true,
+            want: NoReason::NotOptedIn,
+        },
+    ];
+
     #[test]
     fn each_no_reason_of_the_decision_table() {
-        use NoReason::*;
-        let secret = ConfigFacts {
-            kind: ConfigKind::Secret,
-            ..cm("s")
-        };
-        let ignored = ConfigFacts {
-            ignore: true,
-            ..cm("c")
-        };
-        let auto = [("reloader.stakater.com/auto", "true")];
-        type Case<'a> = (ConfigFacts<'a>, Vec<(&'a str, &'a str)>, bool, NoReason);
-        let cases: Vec<Case<'_>> = vec![
-            (ignored, auto.to_vec(), true, ConfigIgnored),
-            (
-                cm("c"),
-                vec![
-                    ("reloader.stakater.com/auto", "true"),
-                    ("configmaps.exclude.reloader.stakater.com/reload", "c"),
-                ],
-                true,
-                Excluded,
-            ),
-            (
-                cm("c"),
-                vec![("reloader.stakater.com/search", "true")],
-                true,
-                SearchWithoutMatch,
-            ),
-            (
-                cm("c"),
-                vec![("reloader.stakater.com/auto", "false")],
-                true,
-                AutoFalse,
-            ),
-            (
-                cm("c"),
-                vec![("reloader.stakater.com/auto", "yes")],
-                true,
-                AutoFalse,
-            ),
-            (
-                cm("c"),
-                vec![("configmap.reloader.stakater.com/auto", "false")],
-                true,
-                TypedAutoFalse,
-            ),
-            (
-                cm("c"),
-                vec![("secret.reloader.stakater.com/auto", "true")],
-                true,
-                TypedAutoOfAnotherType {
-                    on: ConfigKind::Secret,
-                },
-            ),
-            (
-                cm("c"),
-                vec![("configmap.reloader.stakater.com/reload", "other")],
-                true,
-                NotInReloadList,
-            ),
-            // A Secret named in the ConfigMap list: not this type's list.
-            (
-                secret,
-                vec![("configmap.reloader.stakater.com/reload", "s")],
-                true,
-                NotOptedIn,
-            ),
-            (cm("c"), auto.to_vec(), false, NotReferenced),
-            (cm("c"), vec![], true, NotOptedIn),
-        ];
-        for (config, meta, referenced, want) in cases {
-            let got = verdict(config, &meta, referenced);
-            assert_eq!(got, Verdict::No(want), "{meta:?} referenced={referenced}");
+        for &NoRow {
+            config,
+            meta,
+            referenced,
+            want,
+        } in NO_ROWS
+        {
+            let row = format!("{meta:?} referenced={referenced}");
+            assert_eq!(
+                verdict(config, meta, referenced),
+                Verdict::No(want),
+                "{row}"
+            );
             // The controller's coarse decision is the same verdict.
-            let p = policy(&meta);
-            let coarse = decide(
-                config,
-                WorkloadFacts {
-                    kind: WorkloadKind::Deployment,
-                    policy: &p,
-                    referenced,
-                },
-                DecisionSwitches::default(),
-            );
-            assert_eq!(coarse, Skip(want.skip_reason()));
-            assert!(
-                !want
-                    .explain(config.kind, &AnnotationKeys::default())
-                    .is_empty()
-            );
+            let coarse = run(config, meta, referenced, false);
+            assert_eq!(coarse, Skip(want.skip_reason()), "{row}");
+            let keys = AnnotationKeys::default();
+            assert!(!want.explain(config.kind, &keys).is_empty(), "{row}");
         }
-        let p = policy(&auto);
+        let p = policy(AUTO);
         let cron = WorkloadFacts {
             kind: WorkloadKind::CronJob,
             policy: &p,
@@ -716,7 +738,7 @@ mod tests {
         };
         assert_eq!(
             evaluate(cm("c"), cron, switches),
-            Verdict::No(IgnoredWorkloadType)
+            Verdict::No(NoReason::IgnoredWorkloadType)
         );
     }
 
