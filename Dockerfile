@@ -13,6 +13,8 @@ COPY src ./src
 COPY benches ./benches
 COPY loadtest/Cargo.toml ./loadtest/Cargo.toml
 COPY loadtest/src ./loadtest/src
+COPY loadtest/apiproxy/Cargo.toml ./loadtest/apiproxy/Cargo.toml
+COPY loadtest/apiproxy/src ./loadtest/apiproxy/src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin kube-reloader && \

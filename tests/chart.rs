@@ -675,8 +675,13 @@ fn every_reloader_value_renders_reloaders_flag() {
         (
             json!({"rateLimit": {"maxPatchesPerSecond": 10, "patchBurst": 20,
                 "minReloadInterval": "1m30s", "maxPatchesPerSecondPerTenant": 2,
-                "maxRetryBackoff": "1m"}, "digestWorkers": 3, "tenantLabel": "team"}),
+                "maxRetryBackoff": "1m"}, "digestWorkers": 3, "tenantLabel": "team",
+                "preciseKeys": "annotated", "churnBreaker": {"limit": 3, "window": "10m", "quiet": "1m"}}),
             &[
+                "--precise-keys=annotated",
+                "--churn-limit=3",
+                "--churn-window=10m",
+                "--churn-quiet=1m",
                 "--max-patches-per-second=10",
                 "--patch-burst=20",
                 "--min-reload-interval=1m30s",
