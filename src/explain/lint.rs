@@ -457,39 +457,39 @@ mod tests {
                 vec!["--resources-to-ignore=secrets"],
                 "config-type-ignored",
             ),
-            (
-                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": "true"}),
-                &cfg,
-                vec![],
-                "precise-keys-off",
-            ),
-            (
-                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": "true"}),
-                &cfg,
-                vec!["--precise-keys=annotated"],
-                "precise-keys-whole-config",
-            ),
         ];
         for (annotations, container, flags, check) in cases {
             let found = lint(annotations.clone(), container.clone(), &flags);
             assert!(found.contains(&check), "{annotations}: {found:?}");
         }
         assert_eq!(
-            lint(
-                json!({"reloader.stakater.com/auto": "true"}),
-                cfg.clone(),
-                &[]
-            ),
+            lint(json!({"reloader.stakater.com/auto": "true"}), cfg, &[]),
             Vec::<&str>::new()
         );
+    }
+
+    #[test]
+    fn a_workload_asking_for_precise_keys_is_told_when_it_does_not_get_them() {
+        let env_from = json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]});
         let key_ref = json!({"env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}]});
         let precise =
             json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/precise-keys": "true"});
-        assert_eq!(
-            lint(precise, key_ref, &["--precise-keys=annotated"]),
-            Vec::<&str>::new(),
-            "a key ref is what key-precise values are for"
-        );
+        let cases = [
+            (&env_from, "--precise-keys=off", vec!["precise-keys-off"]),
+            (&key_ref, "--precise-keys=off", vec!["precise-keys-off"]),
+            (
+                &env_from,
+                "--precise-keys=annotated",
+                vec!["precise-keys-whole-config"],
+            ),
+            // A key ref is what key-precise values are for.
+            (&key_ref, "--precise-keys=annotated", vec![]),
+            (&key_ref, "--precise-keys=all", vec![]),
+        ];
+        for (container, flag, expected) in cases {
+            let found = lint(precise.clone(), container.clone(), &[flag]);
+            assert_eq!(found, expected, "{container} with {flag}");
+        }
     }
 
     #[test]

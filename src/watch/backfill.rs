@@ -64,83 +64,27 @@ impl WatchContext {
     /// (a handover) are listed with one paginated list per kind, so a takeover of thousands of
     /// namespaces costs a handful of LIST calls, not thousands.
     pub(super) async fn namespaces_entered(&self, namespaces: &[String]) {
-        // Scoped mode: the shard assignment spans every namespace, but only the scope's can be
-        // read (anything else is a 403 and never watched).
-        let in_scope: Vec<String> = match &self.settings.scope {
-            NamespaceScope::All => namespaces.to_vec(),
-            NamespaceScope::Only(nss) => namespaces
-                .iter()
-                .filter(|n| nss.iter().any(|s| s == *n))
-                .cloned()
-                .collect(),
-        };
-        let namespaces = in_scope.as_slice();
+        let namespaces = self.in_scope(namespaces);
+        let namespaces = namespaces.as_slice();
         if namespaces.is_empty() {
             return;
         }
         info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
         self.engine.backfill_started(namespaces);
         let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
-        let wanted = &wanted;
-        let targets: Vec<Option<&str>> = if namespaces.len() <= PER_NAMESPACE_LISTS {
-            namespaces.iter().map(|n| Some(n.as_str())).collect()
-        } else {
-            match &self.settings.scope {
-                NamespaceScope::All => vec![None],
-                NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
-            }
-        };
         // Config states kept from before the namespace moved away (`Intake::namespace_moved_away`).
-        let kept = self.index.config_versions_in(wanted);
+        let kept = self.index.config_versions_in(&wanted);
         let listed = std::sync::Mutex::new(HashSet::new());
-        for target in &targets {
-            for kind in WorkloadKind::ALL
-                .into_iter()
-                .filter(|k| self.settings.handles_workload(*k))
-            {
-                let ar = api_resource(kind);
-                let api: Api<WorkloadObject> = match target {
-                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-                    None => Api::all_with(self.client.clone(), &ar),
-                };
-                self.backfill_pages(
-                    &api,
-                    ListParams::default().limit(WORKLOAD_PAGE_SIZE),
-                    kind.as_str(),
-                    *target,
-                    wanted,
-                    |obj: WorkloadObject| async move {
-                        if obj
-                            .metadata
-                            .namespace
-                            .as_deref()
-                            .is_some_and(|ns| wanted.contains(ns))
-                        {
-                            self.apply_workload(kind, obj).await;
-                        }
-                    },
-                )
-                .await;
-            }
+        for target in self.list_targets(namespaces) {
+            self.list_workloads(target, &wanted).await;
             match target {
-                Some(ns) => self.engine.workloads_backfilled([*ns]),
+                Some(ns) => self.engine.workloads_backfilled([ns]),
                 None => self
                     .engine
                     .workloads_backfilled(namespaces.iter().map(String::as_str)),
             }
-            if self.settings.watches_config(ConfigKind::ConfigMap) {
-                self.list_configs::<ConfigMap>(*target, wanted, &listed)
-                    .await;
-            }
-            if self.settings.watches_config(ConfigKind::Secret) {
-                self.list_configs::<Secret>(*target, wanted, &listed).await;
-            }
-            if self
-                .settings
-                .watches_config(ConfigKind::SecretProviderClass)
-            {
-                self.list_pod_statuses(*target, wanted).await;
-            }
+            // After the workloads: a config change met here fans out to them (see Intake).
+            self.list_all_configs(target, &wanted, &listed).await;
         }
         self.engine
             .workloads_backfilled(namespaces.iter().map(String::as_str));
@@ -148,6 +92,79 @@ impl WatchContext {
         let set: HashSet<String> = namespaces.iter().cloned().collect();
         let queued = self.engine.reconcile_recorded(Some(&set));
         info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
+    }
+
+    /// Scoped mode: the shard assignment spans every namespace, but only the scope's can be read
+    /// (anything else is a 403 and never watched).
+    fn in_scope(&self, namespaces: &[String]) -> Vec<String> {
+        match &self.settings.scope {
+            NamespaceScope::All => namespaces.to_vec(),
+            NamespaceScope::Only(nss) => namespaces
+                .iter()
+                .filter(|n| nss.iter().any(|s| s == *n))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Where to list: each namespace when they are few, else the whole scope at once.
+    fn list_targets<'a>(&'a self, namespaces: &'a [String]) -> Vec<Option<&'a str>> {
+        if namespaces.len() <= PER_NAMESPACE_LISTS {
+            return namespaces.iter().map(|n| Some(n.as_str())).collect();
+        }
+        match &self.settings.scope {
+            NamespaceScope::All => vec![None],
+            NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
+        }
+    }
+
+    /// Every handled workload kind in `target` (`None`: all namespaces), keeping `wanted`'s.
+    async fn list_workloads(&self, target: Option<&str>, wanted: &HashSet<&str>) {
+        for kind in WorkloadKind::ALL
+            .into_iter()
+            .filter(|k| self.settings.handles_workload(*k))
+        {
+            let ar = api_resource(kind);
+            let api: Api<WorkloadObject> = match target {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                None => Api::all_with(self.client.clone(), &ar),
+            };
+            self.backfill_pages(
+                &api,
+                ListParams::default().limit(WORKLOAD_PAGE_SIZE),
+                kind.as_str(),
+                target,
+                wanted,
+                |obj: WorkloadObject| async move {
+                    let ns = obj.metadata.namespace.as_deref();
+                    if ns.is_some_and(|ns| wanted.contains(ns)) {
+                        self.apply_workload(kind, obj).await;
+                    }
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Every watched config kind in `target`, keeping `wanted`'s; `listed` collects their keys.
+    async fn list_all_configs(
+        &self,
+        target: Option<&str>,
+        wanted: &HashSet<&str>,
+        listed: &std::sync::Mutex<HashSet<ConfigKey>>,
+    ) {
+        if self.settings.watches_config(ConfigKind::ConfigMap) {
+            self.list_configs::<ConfigMap>(target, wanted, listed).await;
+        }
+        if self.settings.watches_config(ConfigKind::Secret) {
+            self.list_configs::<Secret>(target, wanted, listed).await;
+        }
+        if self
+            .settings
+            .watches_config(ConfigKind::SecretProviderClass)
+        {
+            self.list_pod_statuses(target, wanted).await;
+        }
     }
 
     /// SecretProviderClassPodStatuses, as their SecretProviderClass's state (CSI integration).
