@@ -87,8 +87,14 @@ impl WatchContext {
         {
             return;
         }
-        for kind in self.listed.locks.keys() {
-            if let Err(e) = self.relist(*kind, Some(namespace)).await {
+        // The kinds at once: the change waits for the slowest list, not for their sum.
+        let lists = self
+            .listed
+            .locks
+            .keys()
+            .map(|kind| async move { (*kind, self.relist(*kind, Some(namespace)).await) });
+        for (kind, listed) in futures::future::join_all(lists).await {
+            if let Err(e) = listed {
                 warn!(kind = kind.as_str(), namespace, error = %e, "listing workloads before a config change failed; deciding on the last list");
                 self.observer.watch_restarted(kind.as_str());
             }
