@@ -538,6 +538,69 @@ mod tests {
         (entry, spec)
     }
 
+    /// A workload reading key `a` of `cfg`, recording `recorded`; the config holds a=1, b=2.
+    fn precise_case(flag: &str, recorded: &str) -> ConfigReport {
+        let obj = json!({
+            "metadata": {"name": "web", "namespace": "ns", "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "env": [
+                {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "a"}}},
+                {"name": "STAKATER_CFG_CONFIGMAP", "value": recorded}
+            ]}]}}}
+        });
+        let entry =
+            workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap();
+        let spec: PodSpec =
+            serde_json::from_value(obj["spec"]["template"]["spec"].clone()).unwrap();
+        let keys = crate::digest::KeyDigests::of([("a", b"1".as_slice()), ("b", b"2".as_slice())]);
+        let mut ns = NamespaceFacts {
+            selected: true,
+            ..Default::default()
+        };
+        let config = ConfigSeen {
+            keys,
+            ..seen("full")
+        };
+        ns.configs
+            .insert((ConfigKind::ConfigMap, "cfg".into()), config);
+        let s = settings(&[flag]);
+        let none = |_: ConfigKind, _: &str| None;
+        let ctx = ExplainContext {
+            settings: &s,
+            namespace: &ns,
+            spec: Some(&spec),
+            recorded: &none,
+        };
+        explain(&ctx, &entry, Vec::new(), None).configs.remove(0)
+    }
+
+    #[test]
+    fn a_key_precise_report_names_the_counted_keys_and_accepts_either_form() {
+        let keys = crate::digest::KeyDigests::of([("a", b"1".as_slice()), ("b", b"2".as_slice())]);
+        let precise = keys.precise_value(&["a".into()]).unwrap();
+        let on = precise_case("--precise-keys=all", &precise);
+        assert_eq!(on.counted_keys, Some(vec!["a".to_string()]));
+        assert_eq!(on.current_hash.as_deref(), Some(precise.as_str()));
+        assert_eq!(on.hash_state, HashState::InSync);
+        let mut text = String::new();
+        crate::explain::render::config_text(&mut text, &on);
+        assert!(text.contains("counts:   keys a only"), "{text}");
+        // Reloader's form recorded, the mode on: current too (switching rolls nothing).
+        assert_eq!(
+            precise_case("--precise-keys=all", "full").hash_state,
+            HashState::InSync
+        );
+        // The mode off: Reloader's value, any key counts.
+        let off = precise_case("--precise-keys=off", "full");
+        assert_eq!(
+            (off.counted_keys, off.current_hash.as_deref()),
+            (None, Some("full"))
+        );
+        assert_eq!(
+            precise_case("--precise-keys=all", "stale").hash_state,
+            HashState::Pending
+        );
+    }
+
     #[test]
     fn verdicts_containers_and_hash_states() {
         let (entry, spec) = web();
