@@ -53,25 +53,7 @@ pub async fn run(ctx: &Arc<Ctx>, changes: &[ConfigRef], plan: &Plan, ready_url: 
     ));
     let done = Arc::new(AtomicBool::new(false));
     let polls = Arc::new(AtomicUsize::new(0));
-    let health = {
-        let (done, polls, url) = (done.clone(), polls.clone(), ready_url.to_string());
-        tokio::spawn(async move {
-            let mut failures = Vec::new();
-            while !done.load(Ordering::Relaxed) && url != "none" {
-                let u = url.clone();
-                let code = tokio::task::spawn_blocking(move || http_status(&u))
-                    .await
-                    .ok()
-                    .flatten();
-                polls.fetch_add(1, Ordering::Relaxed);
-                if code != Some(200) {
-                    failures.push(format!("/ready answered {code:?}"));
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            failures
-        })
-    };
+    let health = poll_ready(done.clone(), polls.clone(), ready_url.to_string());
 
     let start = tokio::time::Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -97,6 +79,49 @@ pub async fn run(ctx: &Arc<Ctx>, changes: &[ConfigRef], plan: &Plan, ready_url: 
         let ctx = ctx.clone();
         tasks.spawn(async move { churn_one(&ctx, &spec, life).await });
     }
+    let mut out = collect(tasks).await;
+    done.store(true, Ordering::Relaxed);
+    let failures = health.await.unwrap_or_default();
+    out.health_polls = polls.load(Ordering::Relaxed);
+    out.health_failures = failures.len();
+    for f in failures {
+        push(&mut out.errors, f);
+    }
+    crate::log(&format!(
+        "churn: {} created, {} deleted, {} /ready polls ({} failed)",
+        out.created, out.deleted, out.health_polls, out.health_failures
+    ));
+    out
+}
+
+/// Polls `/ready` every 500 ms until `done`; returns the failed polls.
+fn poll_ready(
+    done: Arc<AtomicBool>,
+    polls: Arc<AtomicUsize>,
+    url: String,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let mut failures = Vec::new();
+        while !done.load(Ordering::Relaxed) && url != "none" {
+            let u = url.clone();
+            let code = tokio::task::spawn_blocking(move || http_status(&u))
+                .await
+                .ok()
+                .flatten();
+            polls.fetch_add(1, Ordering::Relaxed);
+            if code != Some(200) {
+                failures.push(format!("/ready answered {code:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        failures
+    })
+}
+
+/// Counts the churned workloads' creations and deletions as their tasks finish.
+async fn collect(
+    mut tasks: tokio::task::JoinSet<(Result<(), String>, Result<(), String>)>,
+) -> Outcome {
     let mut out = Outcome::default();
     while let Some(r) = tasks.join_next().await {
         let (created, deleted) = match r {
@@ -119,17 +144,6 @@ pub async fn run(ctx: &Arc<Ctx>, changes: &[ConfigRef], plan: &Plan, ready_url: 
             }
         }
     }
-    done.store(true, Ordering::Relaxed);
-    let failures = health.await.unwrap_or_default();
-    out.health_polls = polls.load(Ordering::Relaxed);
-    out.health_failures = failures.len();
-    for f in failures {
-        push(&mut out.errors, f);
-    }
-    crate::log(&format!(
-        "churn: {} created, {} deleted, {} /ready polls ({} failed)",
-        out.created, out.deleted, out.health_polls, out.health_failures
-    ));
     out
 }
 

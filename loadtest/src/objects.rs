@@ -321,72 +321,15 @@ pub fn pod_template(w: &WorkloadSpec) -> serde_json::Value {
     let mut container = json!({"name": "app", "image": "registry.k8s.io/pause:3.10"});
     let mut spec = serde_json::Map::new();
     match w.refs {
-        RefStyle::EnvFrom => {
-            let env_from: Vec<serde_json::Value> = w
-                .configs
-                .iter()
-                .map(|c| match c.kind {
-                    Kind::ConfigMap => json!({"configMapRef": {"name": c.name}}),
-                    Kind::Secret => json!({"secretRef": {"name": c.name}}),
-                })
-                .collect();
-            container["envFrom"] = json!(env_from);
-        }
-        RefStyle::ValueFrom => {
-            let env: Vec<serde_json::Value> = w
-                .configs
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let r = json!({"name": c.name, "key": DATA_KEY});
-                    match c.kind {
-                        Kind::ConfigMap => {
-                            json!({"name": format!("CFG_{i}"), "valueFrom": {"configMapKeyRef": r}})
-                        }
-                        Kind::Secret => {
-                            json!({"name": format!("CFG_{i}"), "valueFrom": {"secretKeyRef": r}})
-                        }
-                    }
-                })
-                .collect();
-            container["env"] = json!(env);
-        }
+        RefStyle::EnvFrom => container["envFrom"] = env_from(&w.configs),
+        RefStyle::ValueFrom => container["env"] = value_from(&w.configs),
         RefStyle::InitVolume => {
-            let volumes: Vec<serde_json::Value> = w
-                .configs
-                .iter()
-                .enumerate()
-                .map(|(i, c)| match c.kind {
-                    Kind::ConfigMap => {
-                        json!({"name": format!("cfg-{i}"), "configMap": {"name": c.name}})
-                    }
-                    Kind::Secret => {
-                        json!({"name": format!("cfg-{i}"), "secret": {"secretName": c.name}})
-                    }
-                })
-                .collect();
-            let mounts: Vec<serde_json::Value> = (0..w.configs.len())
-                .map(|i| json!({"name": format!("cfg-{i}"), "mountPath": format!("/cfg/{i}")}))
-                .collect();
-            spec.insert("volumes".into(), json!(volumes));
-            spec.insert(
-                "initContainers".into(),
-                json!([{"name": "init", "image": "registry.k8s.io/pause:3.10", "volumeMounts": mounts}]),
-            );
+            let (volumes, init) = init_volumes(&w.configs);
+            spec.insert("volumes".into(), volumes);
+            spec.insert("initContainers".into(), init);
         }
         RefStyle::Projected => {
-            let sources: Vec<serde_json::Value> = w
-                .configs
-                .iter()
-                .map(|c| match c.kind {
-                    Kind::ConfigMap => json!({"configMap": {"name": c.name}}),
-                    Kind::Secret => json!({"secret": {"name": c.name}}),
-                })
-                .collect();
-            spec.insert(
-                "volumes".into(),
-                json!([{"name": "projected", "projected": {"sources": sources}}]),
-            );
+            spec.insert("volumes".into(), projected(&w.configs));
             container["volumeMounts"] = json!([{"name": "projected", "mountPath": "/cfg"}]);
         }
     }
@@ -404,6 +347,63 @@ pub fn pod_template(w: &WorkloadSpec) -> serde_json::Value {
         _ => {}
     }
     json!({"metadata": {"labels": {"app": w.name}}, "spec": spec})
+}
+
+fn env_from(configs: &[ConfigRef]) -> serde_json::Value {
+    configs
+        .iter()
+        .map(|c| match c.kind {
+            Kind::ConfigMap => json!({"configMapRef": {"name": c.name}}),
+            Kind::Secret => json!({"secretRef": {"name": c.name}}),
+        })
+        .collect()
+}
+
+fn value_from(configs: &[ConfigRef]) -> serde_json::Value {
+    configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let r = json!({"name": c.name, "key": DATA_KEY});
+            match c.kind {
+                Kind::ConfigMap => {
+                    json!({"name": format!("CFG_{i}"), "valueFrom": {"configMapKeyRef": r}})
+                }
+                Kind::Secret => {
+                    json!({"name": format!("CFG_{i}"), "valueFrom": {"secretKeyRef": r}})
+                }
+            }
+        })
+        .collect()
+}
+
+/// One volume per config and an init container mounting them all: (volumes, initContainers).
+fn init_volumes(configs: &[ConfigRef]) -> (serde_json::Value, serde_json::Value) {
+    let volumes: serde_json::Value = configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match c.kind {
+            Kind::ConfigMap => json!({"name": format!("cfg-{i}"), "configMap": {"name": c.name}}),
+            Kind::Secret => json!({"name": format!("cfg-{i}"), "secret": {"secretName": c.name}}),
+        })
+        .collect();
+    let mounts: Vec<serde_json::Value> = (0..configs.len())
+        .map(|i| json!({"name": format!("cfg-{i}"), "mountPath": format!("/cfg/{i}")}))
+        .collect();
+    let init =
+        json!([{"name": "init", "image": "registry.k8s.io/pause:3.10", "volumeMounts": mounts}]);
+    (volumes, init)
+}
+
+fn projected(configs: &[ConfigRef]) -> serde_json::Value {
+    let sources: Vec<serde_json::Value> = configs
+        .iter()
+        .map(|c| match c.kind {
+            Kind::ConfigMap => json!({"configMap": {"name": c.name}}),
+            Kind::Secret => json!({"secret": {"name": c.name}}),
+        })
+        .collect();
+    json!([{"name": "projected", "projected": {"sources": sources}}])
 }
 
 /// The workload object (of `w.kind`) as JSON.

@@ -330,7 +330,40 @@ async fn measure(
     let synced = ApiserverStats::read(client, apiserver_pid).await?;
     // Changes spread over all namespaces; the child waits for the ones in its share.
     let started = Instant::now();
-    // Each change writes a unique value, so every one is a real change and one watch event.
+    let expected = make_changes(client, args, replicas, round).await?;
+    let mut stdin = child.stdin.take().expect("piped");
+    writeln!(stdin, "{expected}")?;
+    line.clear();
+    out.read_line(&mut line)?;
+    let changes_s = started.elapsed().as_secs_f64();
+    let child_result: serde_json::Value = serde_json::from_str(
+        line.strip_prefix("result ")
+            .with_context(|| format!("child result: {line:?}"))?,
+    )?;
+    let _ = child.wait();
+    let after = ApiserverStats::read(client, apiserver_pid).await?;
+    Ok(Row {
+        strategy,
+        replicas,
+        owned_namespaces,
+        child: child_result,
+        apiserver_watch_requests: synced.watch_requests - before.watch_requests,
+        apiserver_rss_mib: synced.rss_mib - before.rss_mib,
+        apiserver_cpu_s: after.cpu_s - before.cpu_s,
+        apiserver_watch_event_mib: (after.watch_event_bytes - before.watch_event_bytes) / 1048576.0,
+        changes_s,
+    })
+}
+
+/// Patches `args.changes` ConfigMaps spread over all namespaces, each to a unique value (so
+/// every one is a real change and one watch event); returns how many fall in the measured
+/// share (every `replicas`-th namespace).
+async fn make_changes(
+    client: &Client,
+    args: &Args,
+    replicas: usize,
+    round: usize,
+) -> Result<usize> {
     let changes: Vec<(usize, usize, usize)> = (0..args.changes)
         .map(|k| {
             (
@@ -363,28 +396,7 @@ async fn measure(
         .buffer_unordered(32)
         .try_collect::<Vec<_>>()
         .await?;
-    let mut stdin = child.stdin.take().expect("piped");
-    writeln!(stdin, "{expected}")?;
-    line.clear();
-    out.read_line(&mut line)?;
-    let changes_s = started.elapsed().as_secs_f64();
-    let child_result: serde_json::Value = serde_json::from_str(
-        line.strip_prefix("result ")
-            .with_context(|| format!("child result: {line:?}"))?,
-    )?;
-    let _ = child.wait();
-    let after = ApiserverStats::read(client, apiserver_pid).await?;
-    Ok(Row {
-        strategy,
-        replicas,
-        owned_namespaces,
-        child: child_result,
-        apiserver_watch_requests: synced.watch_requests - before.watch_requests,
-        apiserver_rss_mib: synced.rss_mib - before.rss_mib,
-        apiserver_cpu_s: after.cpu_s - before.cpu_s,
-        apiserver_watch_event_mib: (after.watch_event_bytes - before.watch_event_bytes) / 1048576.0,
-        changes_s,
-    })
+    Ok(expected)
 }
 
 fn render(args: &Args, rows: &[Row]) -> String {
