@@ -17,15 +17,16 @@ use crate::pause::{self, Traces};
 use crate::run::RunEnv;
 use crate::scenario::{Plan, Rng, Scenario};
 use crate::setup::Targets;
-use crate::{churn, log, report, tenancy};
+use crate::{churn, flapping, log, report, tenancy};
 
 /// What driving a scenario left: whether every expected reload was seen, the scenario's notes
-/// for the report, and the churn's outcome.
+/// for the report, the churn's outcome, and what the flapping check needs.
 #[derive(Default)]
 pub struct Driven {
     pub completed: bool,
     pub notes: Map<String, Value>,
     pub churn: Option<churn::Outcome>,
+    pub flapping: Option<flapping::Flapped>,
 }
 
 /// How long to wait for `pairs` expected (change, workload) reloads.
@@ -112,6 +113,11 @@ pub async fn drive(
                 .context("the poisoned population")?;
             let pid = ctl.procs[0].pid;
             tenancy::drive_poisoned(ctx, plan, tenancy, pid, &mut d.notes).await?
+        }
+        Scenario::Flapping => {
+            let (ok, flapped) = flapping::drive(ctx, plan, rng, standard, &targets.special).await;
+            d.flapping = Some(flapped);
+            ok
         }
         Scenario::All => unreachable!(),
     };

@@ -133,6 +133,23 @@ impl State {
         self.workloads.len()
     }
 
+    /// The workload's `metadata.generation` as the watch saw it last: every spec write bumps
+    /// it, so it counts rollouts even where the watch skipped an intermediate version.
+    pub fn generation(&self, key: &str) -> Option<i64> {
+        self.workloads.get(key).map(|w| w.generation)
+    }
+
+    /// The hash the workload's template carries now in a reloader field written from one of
+    /// `sources` (an env var name, or `TYPE/name` of the annotations strategy).
+    pub fn current_hash(&self, key: &str, sources: &[String]) -> Option<String> {
+        self.workloads
+            .get(key)?
+            .fields
+            .values()
+            .find(|f| sources.contains(&f.source))
+            .map(|f| f.hash.clone())
+    }
+
     /// A workload as the watch saw it: `key` (`ns/name`, or another key for objects no change
     /// expects anything of), its generation and its pod template.
     pub fn apply(&mut self, key: String, generation: i64, template: &PodTemplateSpec, t: f64) {

@@ -10,6 +10,7 @@ mod churn;
 mod controller;
 mod ctx;
 mod drive;
+mod flapping;
 mod hash;
 mod launch;
 mod ledger;
@@ -163,6 +164,28 @@ struct Args {
     /// controller with --tenant-label (result files `<scenario>-<scale>-tenants`).
     #[arg(long)]
     tenant_groups: bool,
+
+    /// flapping: how often each flapping Secret is rewritten (`2s`, `500ms`; default 2s).
+    #[arg(long, value_parser = seconds)]
+    flap_period: Option<f64>,
+    /// flapping: for how long the Secrets are rewritten (`2m`, `1m30s`; default 2m, 20s at the
+    /// small scale).
+    #[arg(long, value_parser = seconds)]
+    flap_for: Option<f64>,
+    /// flapping: the controller's --churn-limit (default 3); 0 runs it without the breaker
+    /// (result files `flapping-<scale>-no-breaker`).
+    #[arg(long)]
+    churn_limit: Option<u32>,
+}
+
+/// A positive duration (`2s`, `1m30s`, `500ms`; jiff's friendly format, which reads Go's) in
+/// seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    let d: jiff::SignedDuration = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    match d.as_secs_f64() {
+        secs if secs > 0.0 => Ok(secs),
+        _ => Err(format!("{s:?}: not a positive duration")),
+    }
 }
 
 #[tokio::main]
@@ -319,6 +342,7 @@ fn result_name(args: &Args, scenario: Scenario, commit: Option<&str>) -> String 
     let variant = match scenario {
         Scenario::Sharded => format!("-{}r", args.replicas),
         Scenario::NoisyNeighbour | Scenario::Poisoned if args.tenant_groups => "-tenants".into(),
+        Scenario::Flapping if args.churn_limit == Some(0) => "-no-breaker".into(),
         _ => String::new(),
     };
     format!(
@@ -406,6 +430,27 @@ mod tests {
             result_name(&reloader, Scenario::Poisoned, Some("1a2b3c4")),
             "poisoned-small-tenants-reloader_v1.4.1_x"
         );
+        let unbroken = args(&["--churn-limit", "0"]);
+        assert_eq!(
+            result_name(&unbroken, Scenario::Flapping, Some("1a2b3c4")),
+            "flapping-small-no-breaker-1a2b3c4"
+        );
+        assert_eq!(
+            result_name(&args(&["--churn-limit", "5"]), Scenario::Flapping, None),
+            "flapping-small"
+        );
+    }
+
+    #[test]
+    fn flap_durations_read_like_the_controllers_flags() {
+        assert_eq!(seconds("2s"), Ok(2.0));
+        assert_eq!(seconds("2m"), Ok(120.0));
+        assert_eq!(seconds("1m30s"), Ok(90.0));
+        assert_eq!(seconds("500ms"), Ok(0.5));
+        assert!(seconds("0s").is_err());
+        assert!(seconds("two").is_err());
+        let a = args(&["--flap-period", "1s", "--flap-for", "1m"]);
+        assert_eq!((a.flap_period, a.flap_for), (Some(1.0), Some(60.0)));
     }
 
     #[test]

@@ -129,6 +129,21 @@ fn driven(scenario: &str, plan: &Value) -> String {
             plan["down_s"],
             n = plan["changes"]
         ),
+        "flapping" => format!(
+            "{} Secrets each used by {} Deployments, each rewritten every {} s for {} s, one bystander change per period; {}",
+            plan["flap_secrets"],
+            plan["flap_width"],
+            num(&plan["flap_period_s"]),
+            num(&plan["flap_for_s"]),
+            match plan["churn_limit"].as_u64() {
+                Some(0) | None => "the controller without the churn breaker".to_string(),
+                Some(m) => format!(
+                    "--churn-limit={m} --churn-window={}s --churn-quiet={}s",
+                    num(&plan["churn_window_s"]),
+                    num(&plan["churn_quiet_s"])
+                ),
+            }
+        ),
         "pause" => format!(
             "{} Deployments with a {} s pause period, each ConfigMap changed {} times 1 s apart",
             plan["pause_workloads"], plan["pause_period_s"], plan["pause_changes_each"]
@@ -198,6 +213,10 @@ fn correctness_rows(rows: &mut Rows, r: &Value) {
             ),
         );
     }
+    let fl = &r["flapping"];
+    if fl.is_object() {
+        rows.row("flapping", flapping_row(fl));
+    }
     if let Some(ex) = c["examples"].as_array().filter(|e| !e.is_empty()) {
         rows.row(
             "examples",
@@ -208,6 +227,62 @@ fn correctness_rows(rows: &mut Rows, r: &Value) {
                 .join("; "),
         );
     }
+}
+
+/// Rollouts per flapping workload against the bound, the release, the breaker's counters.
+fn flapping_row(fl: &Value) -> String {
+    let n = &fl["rollouts_per_workload"];
+    let bound = match fl["rollouts_bound"].as_u64() {
+        Some(b) => format!("at most {b}"),
+        None => "no bound without the breaker".into(),
+    };
+    let release = &fl["release_after_last_write_s"];
+    let release = match release.is_object() {
+        true => format!(
+            "; the release {}–{} s after the last write",
+            release["min"], release["max"]
+        ),
+        false => String::new(),
+    };
+    let counters = &fl["breaker_metrics"];
+    let counters = match counters.is_object() {
+        true => format!(
+            "; controller: {} trips (expected {}), {} open at the end, {} held changes (expected {})",
+            num(&counters["trips"]),
+            fl["expected"]["trips"],
+            num(&counters["open_at_end"]),
+            num(&counters["held_changes"]),
+            fl["expected"]["held_changes"]
+        ),
+        false => "; no breaker metrics scraped".into(),
+    };
+    let events = match fl["events_by_reason"].as_object() {
+        Some(e) if !e.is_empty() => {
+            let each: Vec<String> = e.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            format!("; Events: {}", each.join(", "))
+        }
+        _ => String::new(),
+    };
+    format!(
+        "rollouts per workload min {} / median {} / max {} (mean {}; {bound}; {} in all) over {} writes of each Secret in {} s; {}/{} rolled after the last write, {}/{} carry the final content{release}{counters}{events}; {} problems",
+        n["min"],
+        n["median"],
+        n["max"],
+        n["mean"],
+        fl["rollouts_total"],
+        fl["writes_per_secret"],
+        fl["flapped_s"],
+        fl["rolled_after_last_write"],
+        fl["workloads"],
+        fl["with_final_content"],
+        fl["workloads"],
+        fl["problems"],
+    )
+}
+
+/// A number as written in a flag: `60`, `2.5` (not serde's `60.0`).
+fn num(v: &Value) -> String {
+    v.as_f64().map(|x| x.to_string()).unwrap_or_default()
 }
 
 /// Reload latency, overall and per tag.
@@ -389,4 +464,42 @@ pub fn summary_row(r: &Value) -> String {
         res["cpu_s_total"],
         r["api_requests"]["change_phase_total"],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_flapping_row_says_the_bound_and_the_breakers_counters_or_their_absence() {
+        let with = json!({
+            "rollouts_per_workload": {"min": 4, "median": 4, "max": 4, "mean": 4.0},
+            "rollouts_bound": 4, "rollouts_total": 40, "writes_per_secret": 10, "flapped_s": 18.0,
+            "rolled_after_last_write": 10, "with_final_content": 10, "workloads": 10,
+            "release_after_last_write_s": {"min": 5.09, "max": 5.15},
+            "breaker_metrics": {"trips": 2.0, "open_at_end": 0.0, "held_changes": 14.0},
+            "expected": {"trips": 2, "held_changes": 14},
+            "events_by_reason": {"ReloadsHeld": 2, "ReloadsReleased": 2},
+            "problems": 0,
+        });
+        let row = flapping_row(&with);
+        assert!(
+            row.contains("max 4 (mean 4.0; at most 4; 40 in all)"),
+            "{row}"
+        );
+        assert!(row.contains("2 trips (expected 2), 0 open"), "{row}");
+        assert!(row.contains("5.09–5.15 s after the last write"), "{row}");
+        assert!(
+            row.contains("Events: 2 ReloadsHeld, 2 ReloadsReleased"),
+            "{row}"
+        );
+        let without = json!({"rollouts_per_workload": {"max": 10}, "problems": 0});
+        let row = flapping_row(&without);
+        assert!(row.contains("no bound without the breaker"), "{row}");
+        assert!(row.contains("no breaker metrics scraped"), "{row}");
+        assert!(!row.contains("Events"), "{row}");
+        assert_eq!(num(&json!(60.0)), "60");
+        assert_eq!(num(&json!(2.5)), "2.5");
+    }
 }

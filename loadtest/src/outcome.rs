@@ -18,7 +18,7 @@ use crate::proxy::{Counts, Stats};
 use crate::report::{self, Resources};
 use crate::run::RunEnv;
 use crate::scenario::{Plan, Scenario};
-use crate::{Args, apimetrics, audit, churn, log, plot, sharded};
+use crate::{Args, apimetrics, audit, churn, flapping, log, plot, sharded};
 
 /// Timing slack of the rate-limit check: request latency jitter between the controller's limiter
 /// and the proxy's clock on a shared 2-core machine (the strict excess is reported too).
@@ -430,6 +430,10 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
         .churn
         .as_ref()
         .map(|o| churn_check(o, &f, &mut verdict));
+    let flapping_json = driven.flapping.as_ref().map(|fl| {
+        let metrics = f.metrics.first().cloned().flatten();
+        flapping::check(fl, st, &env.plan, metrics.as_deref(), &mut verdict)
+    });
     let sharding_json = ctl.converged.as_ref().map(|c| {
         let owned_end: Vec<Option<u64>> = f
             .metrics
@@ -486,6 +490,7 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
         "resources_per_process": f.per_process,
         "sharding": sharding_json,
         "churn": churn_json,
+        "flapping": flapping_json,
         "resource_timeline": f.timelines,
         "api_requests": api_requests_json(&f, write_times.len()),
         "apiserver_delta": apiserver_delta_json(&g.before, &f),

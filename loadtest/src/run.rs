@@ -19,7 +19,9 @@ use crate::objects::{ConfigRef, OwnRequests, Population};
 use crate::outcome::{self, Before, Gathered, Times};
 use crate::scenario::{Plan, Rng, Scenario};
 use crate::setup::{self, Populated};
-use crate::{Args, drive, log, markdown, mixed, pause, quiet, report, result_name, tenancy};
+use crate::{
+    Args, drive, flapping, log, markdown, mixed, pause, quiet, report, result_name, tenancy,
+};
 
 /// What a run of one scenario is given, fixed before anything is created.
 pub struct RunEnv<'a> {
@@ -226,8 +228,8 @@ async fn wait_watches_synced(state: &Mutex<State>, watches: usize, workloads: us
 }
 
 /// The tag of each config's changes in the report when the scenario tags by config rather than
-/// by phase: how the workload references it (references), the workload's kind (mixed), or the
-/// tenant (noisy-neighbour, poisoned).
+/// by phase: how the workload references it (references), the workload's kind (mixed), the
+/// tenant (noisy-neighbour, poisoned), or flapping and bystander (flapping).
 fn config_tags(scenario: Scenario, pop: &Population) -> BTreeMap<ConfigRef, String> {
     let mut tags = BTreeMap::new();
     for w in &pop.workloads {
@@ -236,6 +238,7 @@ fn config_tags(scenario: Scenario, pop: &Population) -> BTreeMap<ConfigRef, Stri
                 Scenario::References => format!("{} {:?}", w.refs.name(), c.kind),
                 Scenario::Mixed => format!("{:?}", w.kind),
                 Scenario::NoisyNeighbour | Scenario::Poisoned => tenancy::tag(c),
+                Scenario::Flapping => flapping::tag(c),
                 _ => return tags,
             };
             tags.insert(c.clone(), tag);

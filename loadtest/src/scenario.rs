@@ -49,13 +49,17 @@ pub enum Scenario {
     /// Writes in one namespace fail (an unreachable admission webhook) while 20 quiet tenants
     /// change configs; once it is removed every poisoned workload is reloaded once.
     Poisoned,
+    /// A few Secrets, each used by several Deployments, rewritten every 2 s for 2 minutes
+    /// against the churn breaker (--churn-limit M): each workload rolls at most M times, and
+    /// once more to the final content after the Secret went quiet.
+    Flapping,
     /// Every scenario above, one after the other.
     All,
 }
 
 impl Scenario {
     /// What `all` runs.
-    pub const EACH: [Scenario; 17] = [
+    pub const EACH: [Scenario; 18] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -73,6 +77,7 @@ impl Scenario {
         Scenario::Realistic,
         Scenario::NoisyNeighbour,
         Scenario::Poisoned,
+        Scenario::Flapping,
     ];
 
     pub fn name(self) -> &'static str {
@@ -94,6 +99,7 @@ impl Scenario {
             Scenario::Realistic => "realistic",
             Scenario::NoisyNeighbour => "noisy-neighbour",
             Scenario::Poisoned => "poisoned",
+            Scenario::Flapping => "flapping",
             Scenario::All => "all",
         }
     }
@@ -162,6 +168,17 @@ pub struct Plan {
     pub poisoned_for_s: f64,
     /// --max-retry-backoff given to the controller (poisoned).
     pub max_backoff_s: f64,
+    /// flapping: `flap_secrets` Secrets, each used by `flap_width` Deployments, each rewritten
+    /// every `flap_period_s` for `flap_for_s`.
+    pub flap_secrets: usize,
+    pub flap_width: usize,
+    pub flap_period_s: f64,
+    pub flap_for_s: f64,
+    /// --churn-limit, --churn-window and --churn-quiet given to the controller (flapping; a
+    /// limit of 0 runs it without the breaker). Not the workload churn of `churn`.
+    pub churn_limit: u32,
+    pub churn_window_s: f64,
+    pub churn_quiet_s: f64,
     /// Namespaces grouped into tenants by a label, the controller run with --tenant-label.
     pub tenant_groups: bool,
     /// The controller's default --max-patches-per-second and --patch-burst.
@@ -217,6 +234,24 @@ impl Plan {
             poisoned_workloads: 100,
             poisoned_for_s: if big { 60.0 } else { 10.0 },
             max_backoff_s: if big { 30.0 } else { 5.0 },
+            // 2 Secrets x 5 Deployments at small; without the breaker every rewrite is a
+            // rollout of each, which the shared 2 cores (and kube-controller-manager) must absorb.
+            flap_secrets: match scale {
+                Scale::Small => 2,
+                Scale::Medium => 5,
+                Scale::Large => 10,
+            },
+            flap_width: match scale {
+                Scale::Small => 5,
+                Scale::Medium => 10,
+                Scale::Large => 20,
+            },
+            flap_period_s: 2.0,
+            // The 2 minutes, but 20 s at small: `make test` runs every scenario.
+            flap_for_s: if big { 120.0 } else { 20.0 },
+            churn_limit: 3,
+            churn_window_s: 60.0,
+            churn_quiet_s: if big { 10.0 } else { 5.0 },
             tenant_groups: false,
             default_rate: 50,
             default_burst: 100,
@@ -294,6 +329,10 @@ impl Plan {
                 }
                 flags.join(" ")
             }
+            Scenario::Flapping if self.churn_limit > 0 => format!(
+                "--churn-limit={} --churn-window={}s --churn-quiet={}s",
+                self.churn_limit, self.churn_window_s, self.churn_quiet_s
+            ),
             _ => String::new(),
         }
     }
@@ -301,6 +340,11 @@ impl Plan {
     /// Namespaces per quiet tenant: 2 with tenant groups.
     pub fn namespaces_per_quiet_tenant(&self) -> usize {
         if self.tenant_groups { 2 } else { 1 }
+    }
+
+    /// How many times each flapping Secret is written (at least once).
+    pub fn flap_rewrites(&self) -> usize {
+        ((self.flap_for_s / self.flap_period_s).round() as usize).max(1)
     }
 
     pub fn settle(&self) -> Duration {
@@ -357,5 +401,20 @@ mod tests {
         s.dedup();
         assert_eq!(s.len(), 600);
         assert_eq!(r.sample(3, 7).len(), 7);
+    }
+
+    #[test]
+    fn flapping_runs_the_controller_with_the_breaker_unless_the_limit_is_0() {
+        let mut p = Plan::new(Scenario::Flapping, Scale::Medium);
+        assert_eq!(p.flap_rewrites(), 60, "every 2 s for 2 minutes");
+        assert_eq!(
+            p.controller_flags(Scenario::Flapping),
+            "--churn-limit=3 --churn-window=60s --churn-quiet=10s"
+        );
+        assert_eq!(p.controller_flags(Scenario::Steady), "");
+        p.churn_limit = 0;
+        assert_eq!(p.controller_flags(Scenario::Flapping), "");
+        p.flap_for_s = 1.0;
+        assert_eq!(p.flap_rewrites(), 1, "written at least once");
     }
 }

@@ -34,6 +34,15 @@ pub fn plan(args: &Args, scenario: Scenario) -> Plan {
     if scenario == Scenario::Sharded {
         plan.replicas = usize::from(args.replicas);
     }
+    if let Some(s) = args.flap_period {
+        plan.flap_period_s = s;
+    }
+    if let Some(s) = args.flap_for {
+        plan.flap_for_s = s;
+    }
+    if let Some(m) = args.churn_limit {
+        plan.churn_limit = m;
+    }
     if matches!(scenario, Scenario::NoisyNeighbour | Scenario::Poisoned) {
         plan.tenant_groups = args.tenant_groups;
         plan.namespaces = plan
@@ -69,7 +78,7 @@ pub struct Targets {
     /// The first `standard` workloads are the standard population (changes pick among them).
     pub standard: usize,
     /// The configs of the scenario's extra namespace (fanout: the shared one; large: the big
-    /// Secrets).
+    /// Secrets; flapping: the flapping Secrets).
     pub special: Vec<ConfigRef>,
     pub tenancy: Option<Tenancy>,
 }
@@ -105,6 +114,7 @@ pub fn populate(scenario: Scenario, plan: &Plan, run_id: &str) -> Populated {
         }
         Scenario::Fanout => special.push(add_fanout(&mut pop, plan)),
         Scenario::Large => special = add_large_secrets(&mut pop, plan),
+        Scenario::Flapping => special = crate::flapping::populate(&mut pop, plan),
         _ => {}
     }
     let initial_hashes = pop.initial_hashes();
@@ -250,6 +260,20 @@ mod tests {
             t.namespaces,
             t.quiet_tenants * t.namespaces_per_quiet_tenant()
         );
+        let a = args(&[
+            "--flap-period",
+            "1s",
+            "--flap-for",
+            "2m",
+            "--churn-limit",
+            "0",
+        ]);
+        let f = plan(&a, Scenario::Flapping);
+        assert_eq!(
+            (f.flap_period_s, f.flap_rewrites(), f.churn_limit),
+            (1.0, 120, 0)
+        );
+        assert_eq!(plan(&args(&[]), Scenario::Flapping).churn_limit, 3);
     }
 
     #[test]
