@@ -99,36 +99,8 @@ pub async fn drive(
         .iter()
         .map(|s| (s.clone(), ctx.pop.users.get(s).cloned().unwrap_or_default()))
         .collect();
-    let generations_before = {
-        let st = ctx.state.lock().unwrap();
-        secrets
-            .iter()
-            .flat_map(|(_, users)| users)
-            .filter_map(|w| Some((w.clone(), st.generation(w)?)))
-            .collect()
-    };
-    if plan.churn_limit > 0 && plan.flap_period_s >= plan.churn_quiet_s {
-        log(&format!(
-            "WARNING: rewrites every {}s are not closer than the quiet period ({}s): the breaker \
-             may release between two of them",
-            plan.flap_period_s, plan.churn_quiet_s
-        ));
-    }
-    log(&format!(
-        "{} Secrets, each used by {} Deployments, rewritten {rewrites} times every {}s; {} \
-         bystander changes; {}",
-        secrets.len(),
-        plan.flap_width,
-        plan.flap_period_s,
-        bystanders.len(),
-        match plan.churn_limit {
-            0 => "the controller runs without the churn breaker".to_string(),
-            m => format!(
-                "--churn-limit={m} --churn-window={}s --churn-quiet={}s",
-                plan.churn_window_s, plan.churn_quiet_s
-            ),
-        }
-    ));
+    let generations_before = generations(&ctx.state.lock().unwrap(), &secrets);
+    announce(plan, secrets.len(), bystanders.len());
     let started_at = ctx.now();
     let start = tokio::time::Instant::now();
     let period = Duration::from_secs_f64(plan.flap_period_s);
@@ -149,13 +121,11 @@ pub async fn drive(
     let finals = secrets.iter().map(|(_, u)| u.len()).sum::<usize>() + n_bystanders;
     let timeout = plan.wait_base_s + plan.churn_quiet_s + finals as f64 * 0.1;
     let ok = ctx.wait_reloads(Duration::from_secs_f64(timeout)).await;
-    let held: Vec<String> = match plan.churn_limit as usize {
-        0 => Vec::new(),
-        m if rewrites > m => secrets.iter().map(|(s, _)| s.name.clone()).collect(),
-        _ => Vec::new(),
-    };
     let events = match secrets.first() {
-        Some((s, _)) if !held.is_empty() => breaker_events(ctx, &s.namespace, &held).await,
+        Some((s, _)) if breaker_holds(plan) => {
+            let held: Vec<String> = secrets.iter().map(|(s, _)| s.name.clone()).collect();
+            breaker_events(ctx, &s.namespace, &held).await
+        }
         _ => BTreeMap::new(),
     };
     let flapped = Flapped {
@@ -167,6 +137,44 @@ pub async fn drive(
         events,
     };
     (ok, flapped)
+}
+
+/// With a breaker, every flapping Secret is written often enough to open it.
+fn breaker_holds(plan: &Plan) -> bool {
+    plan.churn_limit > 0 && plan.flap_rewrites() > plan.churn_limit as usize
+}
+
+/// Each flapping workload's generation now.
+fn generations(st: &State, secrets: &[(ConfigRef, Vec<String>)]) -> BTreeMap<String, i64> {
+    secrets
+        .iter()
+        .flat_map(|(_, users)| users)
+        .filter_map(|w| Some((w.clone(), st.generation(w)?)))
+        .collect()
+}
+
+fn announce(plan: &Plan, secrets: usize, bystanders: usize) {
+    if plan.churn_limit > 0 && plan.flap_period_s >= plan.churn_quiet_s {
+        log(&format!(
+            "WARNING: rewrites every {}s are not closer than the quiet period ({}s): the breaker \
+             may release between two of them",
+            plan.flap_period_s, plan.churn_quiet_s
+        ));
+    }
+    log(&format!(
+        "{secrets} Secrets, each used by {} Deployments, rewritten {} times every {}s; \
+         {bystanders} bystander changes; {}",
+        plan.flap_width,
+        plan.flap_rewrites(),
+        plan.flap_period_s,
+        match plan.churn_limit {
+            0 => "the controller runs without the churn breaker".to_string(),
+            m => format!(
+                "--churn-limit={m} --churn-window={}s --churn-quiet={}s",
+                plan.churn_window_s, plan.churn_quiet_s
+            ),
+        }
+    ));
 }
 
 async fn rewrite(
@@ -344,50 +352,68 @@ pub fn check(
 ) -> Value {
     let limit = plan.churn_limit;
     let rows = rows(fl, st, limit);
-    let mut problems = problems(&rows, limit, plan.churn_quiet_s);
-    let writes = plan.flap_rewrites();
-    let held: Vec<&str> = match limit as usize {
-        m if m > 0 && writes > m => fl.secrets.iter().map(|(s, _)| s.name.as_str()).collect(),
-        _ => Vec::new(),
+    let held: Vec<&str> = match breaker_holds(plan) {
+        true => fl.secrets.iter().map(|(s, _)| s.name.as_str()).collect(),
+        false => Vec::new(),
     };
-    let expected_held_changes = held.len() * writes.saturating_sub(limit as usize);
     let counters = metrics.and_then(breaker_metrics);
+    let mut problems = problems(&rows, limit, plan.churn_quiet_s);
+    problems.extend(breaker_problems(fl, &held, limit, counters));
+    if !problems.is_empty() {
+        verdict.passed = false;
+        verdict
+            .examples
+            .extend(problems.iter().take(5).map(|p| format!("flapping: {p}")));
+        log(&format!("flapping: {} problems", problems.len()));
+    }
+    let mut out = figures(fl, plan, &rows);
+    out["breaker_metrics"] = json!(counters.map(|(trips, open, held_changes)| json!({
+        "trips": trips, "open_at_end": open, "held_changes": held_changes,
+    })));
+    let held_changes = held.len() * plan.flap_rewrites().saturating_sub(limit as usize);
+    out["expected"] = json!({"trips": held.len(), "held_changes": held_changes});
+    out["problems"] = json!(problems.len());
+    out["problem_examples"] = json!(problems.iter().take(20).collect::<Vec<_>>());
+    out
+}
+
+/// The breaker's own account: one trip per `held` Secret, none open at the end (when the
+/// counters were scraped), a `ReloadsHeld` and a `ReloadsReleased` Event on each.
+fn breaker_problems(
+    fl: &Flapped,
+    held: &[&str],
+    limit: u32,
+    counters: Option<(f64, f64, f64)>,
+) -> Vec<String> {
+    let mut out = Vec::new();
     if let (true, Some((trips, open, _))) = (limit > 0, counters) {
         if trips != held.len() as f64 {
-            problems.push(format!(
+            out.push(format!(
                 "the controller counted {trips} breaker trips, expected {}",
                 held.len()
             ));
         }
         if open != 0.0 {
-            problems.push(format!("{open} breakers still open at the end"));
+            out.push(format!("{open} breakers still open at the end"));
         }
     }
-    let event = |s: &str, r: &str| {
-        fl.events
-            .get(&(s.to_string(), r.to_string()))
-            .copied()
-            .unwrap_or(0)
-    };
-    for s in &held {
+    for s in held {
         for r in [HELD, RELEASED] {
-            if event(s, r) == 0 {
-                problems.push(format!("no {r} Event on Secret {s}"));
+            if !fl.events.contains_key(&(s.to_string(), r.to_string())) {
+                out.push(format!("no {r} Event on Secret {s}"));
             }
         }
     }
-    if !problems.is_empty() {
-        verdict.passed = false;
-        let n = problems.len();
-        verdict
-            .examples
-            .extend(problems.iter().take(5).map(|p| format!("flapping: {p}")));
-        log(&format!("flapping: {n} problems"));
-    }
+    out
+}
+
+/// Rollouts per workload, the release, the Events: the figures of the report.
+fn figures(fl: &Flapped, plan: &Plan, rows: &[Row]) -> Value {
+    let limit = plan.churn_limit;
     let rollouts: Vec<i64> = rows.iter().map(|r| r.rollouts).collect();
-    let mut histogram: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut histogram: BTreeMap<String, usize> = BTreeMap::new();
     for r in &rollouts {
-        *histogram.entry(*r).or_default() += 1;
+        *histogram.entry(r.to_string()).or_default() += 1;
     }
     let releases: Vec<f64> = rows
         .iter()
@@ -403,10 +429,11 @@ pub fn check(
     for ((_, r), n) in &fl.events {
         *events_by_reason.entry(r.as_str()).or_default() += n;
     }
+    let hundredths = |x: f64| (x * 100.0).round() / 100.0;
     json!({
         "secrets": fl.secrets.len(),
         "workloads": rows.len(),
-        "writes_per_secret": writes,
+        "writes_per_secret": plan.flap_rewrites(),
         "flap_period_s": plan.flap_period_s,
         "flapped_s": report::round(fl.flapped_s),
         "bystander_changes": fl.bystanders,
@@ -415,23 +442,17 @@ pub fn check(
         "churn_quiet_s": plan.churn_quiet_s,
         "rollouts_bound": (limit > 0).then(|| i64::from(limit) + 1),
         "rollouts_per_workload": spread(&rollouts),
-        "rollouts_histogram": histogram.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
+        "rollouts_histogram": histogram,
         "template_changes_seen": rows.iter().map(|r| r.template_changes_seen).sum::<usize>(),
         "rollouts_total": rollouts.iter().sum::<i64>(),
         "rolled_after_last_write": rows.iter().filter(|r| r.after_last_write > 0).count(),
         "with_final_content": rows.iter().filter(|r| r.final_content).count(),
         "release_after_last_write_s": releases.iter().copied().reduce(f64::min).map(|lo| {
             let hi = releases.iter().copied().fold(lo, f64::max);
-            json!({"min": (lo * 100.0).round() / 100.0, "max": (hi * 100.0).round() / 100.0})
+            json!({"min": hundredths(lo), "max": hundredths(hi)})
         }),
-        "breaker_metrics": counters.map(|(trips, open, held_changes)| json!({
-            "trips": trips, "open_at_end": open, "held_changes": held_changes,
-        })),
-        "expected": {"trips": held.len(), "held_changes": expected_held_changes},
         "events": events,
         "events_by_reason": events_by_reason,
-        "problems": problems.len(),
-        "problem_examples": problems.iter().take(20).collect::<Vec<_>>(),
         "per_workload": rows,
     })
 }
@@ -517,6 +538,37 @@ mod tests {
             !rows(&fl, &st, 3)[0].held,
             "3 writes are within a limit of 3"
         );
+    }
+
+    #[test]
+    fn the_breaker_accounts_for_one_trip_and_both_events_per_held_secret() {
+        let mut fl = Flapped {
+            secrets: vec![],
+            generations_before: BTreeMap::new(),
+            started_at: 0.0,
+            flapped_s: 0.0,
+            bystanders: 0,
+            events: BTreeMap::new(),
+        };
+        for r in [HELD, RELEASED] {
+            fl.events.insert(("flap-0".into(), r.into()), 1);
+        }
+        let held = ["flap-0"];
+        assert!(breaker_problems(&fl, &held, 3, Some((1.0, 0.0, 7.0))).is_empty());
+        assert!(
+            breaker_problems(&fl, &held, 3, None).is_empty(),
+            "not scraped"
+        );
+        let p = breaker_problems(&fl, &held, 3, Some((2.0, 1.0, 7.0)));
+        assert!(
+            p[0].contains("2 breaker trips") && p[1].contains("still open"),
+            "{p:?}"
+        );
+        fl.events.remove(&("flap-0".into(), RELEASED.into()));
+        let p = breaker_problems(&fl, &held, 3, None);
+        assert_eq!(p, ["no ReloadsReleased Event on Secret flap-0"]);
+        // Without the breaker nothing is held and its counters are not judged.
+        assert!(breaker_problems(&fl, &[], 0, Some((0.0, 0.0, 0.0))).is_empty());
     }
 
     #[test]
