@@ -6,6 +6,7 @@
 
 mod apimetrics;
 mod audit;
+mod chaos;
 mod churn;
 mod controller;
 mod ctx;
