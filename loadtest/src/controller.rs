@@ -210,7 +210,7 @@ impl ControllerProc {
         self.samples.lock().unwrap().clone()
     }
 
-    fn signal_group(&self, sig: &str) {
+    pub fn signal_group(&self, sig: &str) {
         let _ = Command::new("kill")
             .arg(format!("-{sig}"))
             .arg("--")

@@ -27,6 +27,8 @@ pub struct Driven {
     pub notes: Map<String, Value>,
     pub churn: Option<churn::Outcome>,
     pub flapping: Option<flapping::Flapped>,
+    /// What fails the run besides the ledger's verdict (chaos: the checker, failed faults).
+    pub problems: Vec<String>,
 }
 
 /// How long to wait for `pairs` expected (change, workload) reloads.
@@ -118,6 +120,12 @@ pub async fn drive(
             let (ok, flapped) = flapping::drive(ctx, plan, rng, standard, &targets.special).await;
             d.flapping = Some(flapped);
             ok
+        }
+        Scenario::Chaos => {
+            let (done, problems) =
+                crate::chaos::drive(env, ctx, ctl, rng, standard, &mut d.notes).await?;
+            d.problems = problems;
+            done
         }
         Scenario::All => unreachable!(),
     };

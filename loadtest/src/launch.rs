@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::chaos::faults::FaultProxy;
 use crate::controller::ControllerProc;
 use crate::objects::{OwnRequests, RUN_LABEL};
 use crate::proxy::Proxy;
@@ -17,7 +18,7 @@ use crate::sharded::{self, Converged};
 use crate::{Args, kube_client, log};
 
 /// How often the controller's memory and CPU are sampled.
-const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
 /// One controller process to run.
 pub struct ReplicaCmd {
@@ -25,6 +26,8 @@ pub struct ReplicaCmd {
     pub ready_url: String,
     pub metrics_url: String,
     pub log_path: PathBuf,
+    /// The kubeconfig it is given (chaos: its own fault proxy's).
+    pub kubeconfig: PathBuf,
     /// POD_NAME and POD_NAMESPACE of a sharded replica.
     pub env: Vec<(String, String)>,
     /// POD_NAME of a sharded replica.
@@ -36,8 +39,6 @@ pub struct Controllers {
     pub proxy: Option<Proxy>,
     /// The kubeconfig written for the proxy (deleted at the end).
     pub proxy_kubeconfig: PathBuf,
-    /// The kubeconfig the controller is given.
-    pub kubeconfig: PathBuf,
     pub replicas: Vec<ReplicaCmd>,
     /// Sharded: where the Leases and the assignment live.
     pub lease_ns: Option<String>,
@@ -50,6 +51,12 @@ pub struct Controllers {
     /// by `start`).
     pub wall_spawn: jiff::Timestamp,
     pub t_spawn: Instant,
+    /// Replicas started by `start` (chaos starts fewer than it may scale up to).
+    pub initial: usize,
+    /// `--enable-ha`: standbys are never ready, so `start` waits for one replica only.
+    pub ha: bool,
+    /// chaos: one fault proxy in front of each replica (in `replicas` order).
+    pub fault_proxies: Vec<FaultProxy>,
 }
 
 impl Controllers {
@@ -72,16 +79,21 @@ impl Controllers {
         };
         // One process per replica (sharded: N, each with its own metrics port and identity).
         let lease_ns = match env.scenario {
-            Scenario::Sharded => {
+            Scenario::Sharded | Scenario::Chaos => {
                 Some(sharded::create_lease_namespace(env.client, &env.run_id, own).await?)
             }
             _ => None,
         };
-        let replicas = replica_cmds(env, &kubeconfig, lease_ns.as_deref())?;
+        let mut replicas = replica_cmds(env, &kubeconfig, lease_ns.as_deref())?;
+        let (mut initial, mut ha, mut fault_proxies) = (replicas.len(), false, Vec::new());
+        if env.scenario == Scenario::Chaos {
+            let chaos = crate::chaos::Settings::new(env.args);
+            (initial, ha) = (chaos.replicas, chaos.enable_ha);
+            fault_proxies = chaos_proxies(env, &kubeconfig, &mut replicas).await?;
+        }
         Ok(Self {
             proxy,
             proxy_kubeconfig,
-            kubeconfig,
             replicas,
             lease_ns,
             procs: Vec::new(),
@@ -90,6 +102,9 @@ impl Controllers {
             ready_timeout: Duration::from_secs_f64(env.plan.ready_timeout_s),
             wall_spawn: jiff::Timestamp::now(),
             t_spawn: Instant::now(),
+            initial,
+            ha,
+            fault_proxies,
         })
     }
 
@@ -101,18 +116,22 @@ impl Controllers {
     pub async fn start(&mut self, env: &RunEnv<'_>, namespaces: usize) -> Result<()> {
         self.t_spawn = Instant::now();
         self.wall_spawn = jiff::Timestamp::now();
-        for r in &self.replicas {
+        for r in &self.replicas[..self.initial] {
             log(&format!("starting the controller: {}", r.cmd));
             self.procs.push(ControllerProc::spawn(
                 &r.cmd,
-                &self.kubeconfig,
+                &r.kubeconfig,
                 &r.env,
                 &r.log_path,
                 env.epoch,
                 SAMPLE_EVERY,
             )?);
         }
-        if self.replicas[0].ready_url != "none" {
+        if self.ha && self.replicas[0].ready_url != "none" {
+            let ttr = self.wait_one_ready(env.epoch).await?;
+            log(&format!("the HA leader is ready after {ttr:.2}s"));
+            self.ready_times.push(ttr);
+        } else if self.replicas[0].ready_url != "none" {
             let waits = self
                 .procs
                 .iter_mut()
@@ -123,16 +142,19 @@ impl Controllers {
                 self.ready_times.push(ttr);
             }
         }
-        if let Some(ns) = &self.lease_ns {
-            let names = self.names();
-            let ready_urls: Vec<String> =
-                self.replicas.iter().map(|r| r.ready_url.clone()).collect();
-            let metrics_urls = self.metrics_urls();
+        if let Some(ns) = self.lease_ns.as_ref().filter(|_| !self.ha) {
+            let n = self.initial;
+            let names = &self.names()[..n];
+            let ready_urls: Vec<String> = self.replicas[..n]
+                .iter()
+                .map(|r| r.ready_url.clone())
+                .collect();
+            let metrics_urls = &self.metrics_urls()[..n];
             let replicas = sharded::Replicas {
                 lease_ns: ns,
-                names: &names,
+                names,
                 ready_urls: &ready_urls,
-                metrics_urls: &metrics_urls,
+                metrics_urls,
             };
             let c = sharded::wait_converged(
                 env.client,
@@ -159,7 +181,7 @@ impl Controllers {
         let r = &self.replicas[0];
         let mut p = ControllerProc::spawn(
             &r.cmd,
-            &self.kubeconfig,
+            &r.kubeconfig,
             &r.env,
             &r.log_path,
             epoch,
@@ -174,6 +196,27 @@ impl Controllers {
         }
         self.procs.push(p);
         Ok(())
+    }
+
+    /// Polls every started replica's /ready until one answers 200 (HA: the leader); returns its
+    /// time to ready.
+    async fn wait_one_ready(&mut self, epoch: Instant) -> Result<f64> {
+        let started = Instant::now();
+        while started.elapsed() < self.ready_timeout {
+            for (p, r) in self.procs.iter_mut().zip(&self.replicas) {
+                if let Some(status) = p.exited() {
+                    anyhow::bail!("a replica exited with {status}; see {}", p.log.display());
+                }
+                let u = r.ready_url.clone();
+                let code = tokio::task::spawn_blocking(move || crate::controller::http_status(&u));
+                if code.await.ok().flatten() == Some(200) {
+                    p.ready_at = Some(epoch.elapsed().as_secs_f64());
+                    return Ok(p.ready_at.unwrap_or_default() - p.started_at);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("no replica was ready within {:?}", self.ready_timeout)
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -197,7 +240,10 @@ fn replica_cmds(
     kubeconfig: &Path,
     lease_ns: Option<&str>,
 ) -> Result<Vec<ReplicaCmd>> {
-    let scenario_flags = env.plan.controller_flags(env.scenario);
+    let scenario_flags = match env.scenario {
+        Scenario::Chaos => crate::chaos::Settings::new(env.args).controller_flags(),
+        _ => env.plan.controller_flags(env.scenario),
+    };
     if !scenario_flags.is_empty() && !env.args.controller_cmd.contains("{scenario_flags}") {
         log(&format!(
             "WARNING: --controller-cmd has no {{scenario_flags}}: the scenario's flags ({scenario_flags}) are not passed"
@@ -233,11 +279,35 @@ fn replica_cmds(
             ready_url: fill(&env.args.ready_url, &vars),
             metrics_url: fill(&env.args.metrics_url, &vars),
             log_path,
+            kubeconfig: kubeconfig.to_path_buf(),
             env: pod_env,
             name,
         });
     }
     Ok(replicas)
+}
+
+/// chaos: a fault proxy in front of each replica, forwarding to `upstream` (the counting proxy's
+/// kubeconfig, or the credentials with `--direct`); each replica is given its proxy's kubeconfig.
+async fn chaos_proxies(
+    env: &RunEnv<'_>,
+    upstream: &Path,
+    replicas: &mut [ReplicaCmd],
+) -> Result<Vec<FaultProxy>> {
+    let mut proxies = Vec::new();
+    for (i, r) in replicas.iter_mut().enumerate() {
+        let path = std::env::temp_dir().join(format!(
+            "kube-reloader-loadtest-{}.r{i}.kubeconfig",
+            env.run_id
+        ));
+        let p = FaultProxy::start(kube_client(upstream).await?, &path, i as u64 + 1).await?;
+        // A command that names {kubeconfig} gets the replica's own too.
+        let own = p.kubeconfig().display().to_string();
+        r.cmd = r.cmd.replace(&upstream.display().to_string(), &own);
+        r.kubeconfig = p.kubeconfig().to_path_buf();
+        proxies.push(p);
+    }
+    Ok(proxies)
 }
 
 /// The controller's credentials: `--controller-kubeconfig`, else the local control plane's

@@ -177,6 +177,21 @@ struct Args {
     /// (result files `flapping-<scale>-no-breaker`).
     #[arg(long)]
     churn_limit: Option<u32>,
+
+    /// chaos: how long changes and faults go on (20m, 90s; default 20m).
+    #[arg(long, value_parser = chaos::parse_duration)]
+    duration: Option<f64>,
+
+    /// chaos: the replicas run with --enable-ha (one leader acts) instead of --sharding (result
+    /// files `chaos-<scale>-<N>r-ha`).
+    #[arg(long)]
+    enable_ha: bool,
+
+    /// chaos: also restart kube-apiserver and compact etcd. Only against a control plane of the
+    /// run's own (`KUBE_RELOADER_CACHE=<dir> hack/cluster.sh up`, then --kubeconfig): refused for
+    /// the shared one.
+    #[arg(long)]
+    control_plane_faults: bool,
 }
 
 /// A positive duration (`2s`, `1m30s`, `500ms`; jiff's friendly format, which reads Go's) in
@@ -342,6 +357,7 @@ fn write_summary(path: &Path, rows: &[String]) -> Result<()> {
 fn result_name(args: &Args, scenario: Scenario, commit: Option<&str>) -> String {
     let variant = match scenario {
         Scenario::Sharded => format!("-{}r", args.replicas),
+        Scenario::Chaos => chaos::Settings::new(args).variant(),
         Scenario::NoisyNeighbour | Scenario::Poisoned if args.tenant_groups => "-tenants".into(),
         Scenario::Flapping if args.churn_limit == Some(0) => "-no-breaker".into(),
         _ => String::new(),

@@ -426,6 +426,10 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
             .examples
             .push("timed out waiting for reloads".into());
     }
+    for p in &driven.problems {
+        verdict.passed = false;
+        verdict.examples.push(p.clone());
+    }
     let churn_json = driven
         .churn
         .as_ref()

@@ -72,7 +72,7 @@ pub async fn run_one(
     let mut rng = Rng::new(seed);
     let loadavg_start = outcome::loadavg();
     log(&format!(
-        "== {}: run {}, {} namespaces, {} workloads (load avg {loadavg_start})",
+        "== {}: run {}, seed {seed}, {} namespaces, {} workloads (load avg {loadavg_start})",
         env.name, env.run_id, env.plan.namespaces, env.plan.workloads
     ));
     let populated = setup::populate(scenario, &env.plan, &env.run_id);
@@ -81,7 +81,7 @@ pub async fn run_one(
         setup::create(args, client, &populated.pop, &env.plan, &env.run_id, &own).await?;
 
     let result = measure(&env, populated, own, &mut rng).await;
-    if scenario == Scenario::Poisoned {
+    if matches!(scenario, Scenario::Poisoned | Scenario::Chaos) {
         // Normally removed by the run; a failed run must not leave it refusing writes.
         tenancy::unpoison(client, &env.run_id).await;
     }

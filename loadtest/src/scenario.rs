@@ -53,7 +53,9 @@ pub enum Scenario {
     /// against the churn breaker (--churn-limit M): each workload rolls at most M times, and
     /// once more to the final content after the Secret went quiet.
     Flapping,
-    /// Every scenario above, one after the other.
+    /// 3+ replicas under a seeded random fault schedule for `--duration` (not part of `all`).
+    Chaos,
+    /// Every scenario above but `chaos`, one after the other.
     All,
 }
 
@@ -100,6 +102,7 @@ impl Scenario {
             Scenario::NoisyNeighbour => "noisy-neighbour",
             Scenario::Poisoned => "poisoned",
             Scenario::Flapping => "flapping",
+            Scenario::Chaos => "chaos",
             Scenario::All => "all",
         }
     }
@@ -302,6 +305,8 @@ impl Plan {
             }
             // One namespace per quiet tenant at small (the standard 200 workloads over them).
             Scenario::NoisyNeighbour | Scenario::Poisoned if !big => p.namespaces = 20,
+            // The steady rate; the changes are the rate times --duration (chaos.rs).
+            Scenario::Chaos => p.rate = 30.0,
             _ => {}
         }
         p.kill_after = p.changes / 3;

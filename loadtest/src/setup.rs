@@ -43,6 +43,11 @@ pub fn plan(args: &Args, scenario: Scenario) -> Plan {
     if let Some(m) = args.churn_limit {
         plan.churn_limit = m;
     }
+    if scenario == Scenario::Chaos {
+        let chaos = crate::chaos::Settings::new(args);
+        plan.replicas = chaos.max_replicas();
+        plan.changes = (plan.rate * chaos.duration_s) as usize;
+    }
     if matches!(scenario, Scenario::NoisyNeighbour | Scenario::Poisoned) {
         plan.tenant_groups = args.tenant_groups;
         plan.namespaces = plan

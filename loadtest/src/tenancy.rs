@@ -305,7 +305,7 @@ fn webhook_name(run_id: &str) -> String {
 }
 
 /// Installs the webhook and waits until the API server enforces it (a dry-run write fails).
-async fn poison(client: &Client, run_id: &str, probe: &WorkloadSpec) -> Result<()> {
+pub async fn poison(client: &Client, run_id: &str, probe: &WorkloadSpec) -> Result<()> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     api.create(&PostParams::default(), &webhook(run_id)?)
         .await
@@ -327,6 +327,19 @@ async fn poison(client: &Client, run_id: &str, probe: &WorkloadSpec) -> Result<(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     anyhow::bail!("the webhook was not enforced after 10 s")
+}
+
+/// Puts the label the webhook selects on `namespace` (`Some(run id)`) or takes it off (`None`):
+/// chaos poisons a namespace of the standard population for a while.
+pub async fn label_poisoned(client: &Client, namespace: &str, run_id: Option<&str>) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let body = json!({"metadata": {"labels": {POISONED_LABEL: run_id}}});
+    let (pp, patch) = (PatchParams::default(), Patch::Merge(&body));
+    crate::objects::with_retry(&format!("labelling namespace {namespace}"), || {
+        api.patch(namespace, &pp, &patch)
+    })
+    .await?;
+    Ok(())
 }
 
 /// Removes the webhook (also when a run failed half-way: called from the cleanup).

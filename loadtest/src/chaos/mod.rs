@@ -1,5 +1,489 @@
-//! The `chaos` scenario (wired into the load test in the next commit): the seeded fault
-//! schedule and the checker of the recorded history.
+//! The `chaos` scenario: 3 replicas (`--sharding`, or `--enable-ha`), config changes at a
+//! steady rate for `--duration`, and a fault schedule drawn from the run's seed
+//! (schedule.rs) carried out against the replicas (fleet.rs), their fault proxies (faults.rs),
+//! a namespace (the dead webhook of `poisoned`) and, with `--control-plane-faults`, the control
+//! plane (plane.rs). Every fault is recorded with its real start, end and target; at the end the
+//! whole history is checked (check.rs) and each violation shown with the faults around it.
 
 pub mod check;
+pub mod faults;
+mod fleet;
+mod plane;
 pub mod schedule;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use serde_json::{Map, Value, json};
+
+use crate::ctx::Ctx;
+use crate::launch::Controllers;
+use crate::objects::ConfigRef;
+use crate::run::RunEnv;
+use crate::scenario::{Rng, Scale};
+use crate::{Args, log};
+use check::FaultRecord;
+use fleet::Fleet;
+use plane::Plane;
+use schedule::{Fault, Params, Scheduled};
+
+/// The replicas' Lease timings: short, so a SIGSTOP past the lease is a short fault.
+const LEASE_FLAGS: &str = "--lease-duration=4s --renew-deadline=3s --retry-period=1s";
+const LEASE_S: f64 = 4.0;
+
+/// What a chaos run is, from the command line.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Settings {
+    pub duration_s: f64,
+    pub enable_ha: bool,
+    pub control_plane_faults: bool,
+    pub replicas: usize,
+    pub mean_gap_s: f64,
+    pub recovery_s: f64,
+    pub tail_s: f64,
+}
+
+impl Settings {
+    pub fn new(args: &Args) -> Self {
+        let big = args.scale != Scale::Small;
+        Self {
+            duration_s: args.duration.unwrap_or(1200.0),
+            enable_ha: args.enable_ha,
+            control_plane_faults: args.control_plane_faults,
+            replicas: usize::from(args.replicas).max(3),
+            mean_gap_s: if big { 20.0 } else { 8.0 },
+            // A medium replica lists 20k configs and 10k workloads before it is ready.
+            recovery_s: if big { 45.0 } else { 10.0 },
+            tail_s: if big { 60.0 } else { 15.0 },
+        }
+    }
+
+    /// Processes the run may need at once: the scaling goes up by 2.
+    pub fn max_replicas(&self) -> usize {
+        self.replicas + 2
+    }
+
+    pub fn controller_flags(&self) -> String {
+        let mode = if self.enable_ha {
+            "--enable-ha"
+        } else {
+            "--sharding"
+        };
+        format!("{mode} {LEASE_FLAGS}")
+    }
+
+    /// `-<N>r` or `-<N>r-ha` in the result file names.
+    pub fn variant(&self) -> String {
+        format!(
+            "-{}r{}",
+            self.replicas,
+            if self.enable_ha { "-ha" } else { "" }
+        )
+    }
+}
+
+/// `20m`, `90s`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<f64, String> {
+    let (num, unit) = match s.trim().find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.trim().split_at(i),
+        None => (s.trim(), "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (20m, 90s)"))?;
+    let k = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("'{s}': the unit is s, m or h")),
+    };
+    if n * k <= 0.0 {
+        return Err(format!("'{s}' is not a positive duration"));
+    }
+    Ok(n * k)
+}
+
+/// What the faults act on, shared by the concurrent fault tasks.
+struct Effects<'a, 'c> {
+    ctx: &'a Ctx,
+    fleet: tokio::sync::Mutex<Fleet<'c>>,
+    proxies: &'a [faults::FaultProxy],
+    plane: Option<&'a Plane>,
+    /// The load generator holds its writes while the API server restarts.
+    hold: &'a AtomicBool,
+    records: Mutex<Vec<FaultRecord>>,
+    failures: Mutex<Vec<String>>,
+}
+
+/// Drives the chaos run; returns whether every expected reload was seen, and the problems that
+/// fail the run (the checker's violations, faults that could not be carried out); the fault
+/// log and the findings go to `notes`.
+pub async fn drive(
+    env: &RunEnv<'_>,
+    ctx: &Arc<Ctx>,
+    ctl: &mut Controllers,
+    rng: &mut Rng,
+    standard: usize,
+    notes: &mut Map<String, Value>,
+) -> Result<(bool, Vec<String>)> {
+    let s = Settings::new(env.args);
+    let plane = match s.control_plane_faults {
+        true => Some(Plane::own(env.kubeconfig)?),
+        false => None,
+    };
+    let schedule_seed = rng.next_u64();
+    let planned = schedule::schedule(schedule_seed, &params(&s, ctx.pop.namespaces.len()));
+    log(&format!(
+        "chaos: {} faults drawn (schedule seed {schedule_seed}) over {:.0}s; changes at {}/s",
+        planned.len(),
+        s.duration_s,
+        env.plan.rate
+    ));
+    let configs = picks(ctx, rng, standard, (env.plan.rate * s.duration_s) as usize);
+    let proxies = std::mem::take(&mut ctl.fault_proxies);
+    let hold = AtomicBool::new(false);
+    let fx = Effects {
+        ctx,
+        fleet: tokio::sync::Mutex::new(Fleet::new(ctl, env.epoch, s.enable_ha)),
+        proxies: &proxies,
+        plane: plane.as_ref(),
+        hold: &hold,
+        records: Mutex::default(),
+        failures: Mutex::default(),
+    };
+    let done = AtomicBool::new(false);
+    let t0 = ctx.now();
+    let run_faults = async {
+        futures::future::join_all(planned.iter().map(|f| carry_out(f, t0, &fx))).await;
+    };
+    let changes = async {
+        drive_changes(ctx, configs, env.plan.rate, &hold).await;
+        done.store(true, Ordering::Relaxed);
+    };
+    tokio::join!(run_faults, changes, supervise(&fx, &done));
+    let restored = fx.fleet.lock().await.restore(s.replicas).await;
+    if let Err(e) = restored {
+        fx.failures
+            .lock()
+            .unwrap()
+            .push(format!("restoring the replicas: {e:#}"));
+    }
+    crate::tenancy::unpoison(&ctx.client, &ctx.run_id).await;
+    let Effects {
+        records, failures, ..
+    } = fx;
+    let injected: Vec<_> = proxies.iter().map(|p| p.injected()).collect();
+    ctl.fault_proxies = proxies;
+    let timeout = Duration::from_secs_f64(env.plan.wait_base_s + 60.0);
+    let completed = ctx.wait_reloads(timeout).await;
+    // Late duplicates and stale writes land after the last expected reload.
+    tokio::time::sleep(env.plan.settle()).await;
+    let records = records.into_inner().unwrap();
+    let failures = failures.into_inner().unwrap();
+    let problems = verdict(
+        ctx,
+        &s,
+        schedule_seed,
+        &planned,
+        &records,
+        &failures,
+        injected,
+        notes,
+    );
+    Ok((completed, problems))
+}
+
+fn params(s: &Settings, namespaces: usize) -> Params {
+    Params {
+        duration_s: s.duration_s,
+        mean_gap_s: s.mean_gap_s,
+        lease_s: LEASE_S,
+        initial_replicas: s.replicas,
+        namespaces,
+        control_plane: s.control_plane_faults,
+        recovery_s: s.recovery_s,
+        tail_s: s.tail_s,
+    }
+}
+
+/// `n` configs of random workloads of the standard population; a config may come up again
+/// (folding, and stale writes, need changes of one config close together).
+fn picks(ctx: &Ctx, rng: &mut Rng, standard: usize, n: usize) -> Vec<ConfigRef> {
+    (0..n)
+        .map(|_| {
+            let w = &ctx.pop.workloads[rng.below(standard)];
+            w.configs[rng.below(w.configs.len())].clone()
+        })
+        .collect()
+}
+
+/// The changes at `rate`, each write its own task; while `hold` is set (the API server is
+/// restarting) the schedule waits and then goes on where it stopped, without a catch-up burst.
+async fn drive_changes(ctx: &Arc<Ctx>, configs: Vec<ConfigRef>, rate: f64, hold: &AtomicBool) {
+    let start = tokio::time::Instant::now();
+    let mut lag = Duration::ZERO;
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, c) in configs.into_iter().enumerate() {
+        tokio::time::sleep_until(start + lag + Duration::from_secs_f64(i as f64 / rate)).await;
+        let held = tokio::time::Instant::now();
+        while hold.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        lag += held.elapsed();
+        let ctx = ctx.clone();
+        tasks.spawn(async move {
+            ctx.change(&c, None).await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Starts again, as the kubelet would, a replica whose process exited by itself, until `done`.
+async fn supervise(fx: &Effects<'_, '_>, done: &AtomicBool) {
+    while !done.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let t = fx.ctx.now();
+        let exited = fx.fleet.lock().await.revive_exited().await;
+        for (i, status) in exited {
+            fx.record("exited", &format!("r{i}"), t, fx.ctx.now(), status);
+        }
+    }
+}
+
+impl Effects<'_, '_> {
+    fn record(&self, kind: &str, target: &str, start_s: f64, end_s: f64, detail: String) {
+        log(&format!(
+            "chaos: {kind} {target} {start_s:.1}s..{end_s:.1}s {detail}"
+        ));
+        self.records.lock().unwrap().push(FaultRecord {
+            kind: kind.into(),
+            target: target.into(),
+            start_s,
+            end_s,
+            detail,
+        });
+    }
+
+    fn proxy(&self, replica: usize) -> Result<&faults::FaultProxy> {
+        match self.proxies.get(replica) {
+            Some(p) => Ok(p),
+            None => bail!("no fault proxy for r{replica}"),
+        }
+    }
+}
+
+/// Waits for the fault's time, carries it out and records it (or why it could not be).
+async fn carry_out(f: &Scheduled, t0: f64, fx: &Effects<'_, '_>) {
+    let wait = (t0 + f.at_s - fx.ctx.now()).max(0.0);
+    tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+    let start = fx.ctx.now();
+    let target = target(&f.fault, fx.ctx);
+    match apply(&f.fault, fx).await {
+        Ok(detail) => fx.record(f.fault.kind(), &target, start, fx.ctx.now(), detail),
+        Err(e) => {
+            let why = format!("{} {target} at {start:.1}s failed: {e:#}", f.fault.kind());
+            fx.record(
+                f.fault.kind(),
+                &target,
+                start,
+                fx.ctx.now(),
+                format!("FAILED: {e:#}"),
+            );
+            fx.failures.lock().unwrap().push(why);
+        }
+    }
+}
+
+fn target(f: &Fault, ctx: &Ctx) -> String {
+    match f {
+        Fault::Scale { to } => format!("replicas={to}"),
+        Fault::Webhook { namespace, .. } => ctx.pop.namespaces[*namespace].clone(),
+        Fault::ApiRestart | Fault::Compaction => "control-plane".into(),
+        _ => f.replica().map_or(String::new(), |r| format!("r{r}")),
+    }
+}
+
+/// The fault itself, until it is over; returns what it did.
+async fn apply(f: &Fault, fx: &Effects<'_, '_>) -> Result<String> {
+    let sleep = |s: f64| tokio::time::sleep(Duration::from_secs_f64(s));
+    Ok(match *f {
+        Fault::Kill { replica, down_s } => {
+            fx.fleet.lock().await.kill(replica).await;
+            sleep(down_s).await;
+            let ttr = fx.fleet.lock().await.start(replica, None).await?;
+            format!("SIGKILL, down {down_s:.1}s, ready {ttr:.1}s after its start")
+        }
+        Fault::Stop { replica, for_s } => {
+            fx.fleet.lock().await.pause(replica, false);
+            sleep(for_s).await;
+            fx.fleet.lock().await.pause(replica, true);
+            format!("SIGSTOP for {for_s:.1}s (lease {LEASE_S}s), SIGCONT")
+        }
+        Fault::Skew {
+            replica,
+            offset_s,
+            for_s,
+        } => {
+            restart(fx, replica, Some(offset_s)).await?;
+            sleep(for_s).await;
+            restart(fx, replica, None).await?;
+            format!("clock {offset_s:+}s for {for_s:.1}s, then restarted with the true clock")
+        }
+        Fault::Scale { to } => fx.fleet.lock().await.scale(to).await?,
+        Fault::CutWatch { replica } => {
+            fx.proxy(replica)?.cut_watches();
+            "open watches ended".into()
+        }
+        Fault::WriteErrors {
+            replica,
+            code,
+            share_pct,
+            for_s,
+        } => {
+            fx.proxy(replica)?.write_errors(code, share_pct, for_s);
+            sleep(for_s).await;
+            format!("{share_pct}% of writes answered {code}")
+        }
+        Fault::Latency { replica, ms, for_s } => {
+            fx.proxy(replica)?.latency(ms, for_s);
+            sleep(for_s).await;
+            format!("+{ms} ms on every response")
+        }
+        Fault::GoneOnResume { replica, for_s } => {
+            fx.proxy(replica)?.gone_on_resume(for_s);
+            sleep(for_s).await;
+            "watches cut, first resume of each resource answered 410".into()
+        }
+        Fault::Webhook { namespace, for_s } => webhook(fx, namespace, for_s).await?,
+        Fault::ApiRestart => api_restart(fx).await?,
+        Fault::Compaction => {
+            let plane = fx
+                .plane
+                .ok_or_else(|| anyhow::anyhow!("no control plane of our own"))?;
+            let rev = plane.compact_etcd().await?;
+            fx.proxies.iter().for_each(|p| p.cut_watches());
+            format!("etcd compacted at revision {rev}, every replica's watches cut")
+        }
+    })
+}
+
+/// SIGTERM and a start with the clock `skew_s` off (None: the true clock).
+async fn restart(fx: &Effects<'_, '_>, replica: usize, skew_s: Option<i64>) -> Result<()> {
+    let mut fleet = fx.fleet.lock().await;
+    fleet.terminate(replica).await;
+    fleet.start(replica, skew_s).await.map(|_| ())
+}
+
+async fn api_restart(fx: &Effects<'_, '_>) -> Result<String> {
+    let plane = fx
+        .plane
+        .ok_or_else(|| anyhow::anyhow!("no control plane of our own"))?;
+    fx.hold.store(true, Ordering::Relaxed);
+    let away = plane.restart_apiserver(&fx.ctx.client).await;
+    fx.hold.store(false, Ordering::Relaxed);
+    Ok(format!(
+        "kube-apiserver away {:.1}s (the load generator's writes held)",
+        away?
+    ))
+}
+
+/// The dead webhook of `poisoned` on one namespace for `for_s`.
+async fn webhook(fx: &Effects<'_, '_>, namespace: usize, for_s: f64) -> Result<String> {
+    let ns = &fx.ctx.pop.namespaces[namespace];
+    let Some(probe) = fx.ctx.pop.workloads.iter().find(|w| &w.namespace == ns) else {
+        bail!("no workload in {ns}");
+    };
+    let (client, run_id) = (&fx.ctx.client, fx.ctx.run_id.as_str());
+    crate::tenancy::label_poisoned(client, ns, Some(run_id)).await?;
+    let poisoned = crate::tenancy::poison(client, run_id, probe).await;
+    if poisoned.is_ok() {
+        tokio::time::sleep(Duration::from_secs_f64(for_s)).await;
+    }
+    let removed = crate::tenancy::unpoison(client, run_id).await;
+    crate::tenancy::label_poisoned(client, ns, None).await?;
+    poisoned?;
+    Ok(format!(
+        "workload writes refused (HTTP 500) for {for_s:.1}s; removed: {removed}"
+    ))
+}
+
+/// Checks the history, puts the fault log and the findings in `notes`; returns what fails the
+/// run.
+#[allow(clippy::too_many_arguments)]
+fn verdict(
+    ctx: &Ctx,
+    s: &Settings,
+    schedule_seed: u64,
+    planned: &[Scheduled],
+    records: &[FaultRecord],
+    failures: &[String],
+    injected: Vec<faults::Injected>,
+    notes: &mut Map<String, Value>,
+) -> Vec<String> {
+    let st = ctx.state.lock().unwrap();
+    let mut violations = check::check(&st.changes, &st.observations);
+    check::annotate(&mut violations, records, s.recovery_s);
+    let [missed, duplicate, stale] = check::counts(&violations);
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in records {
+        *by_kind.entry(r.kind.as_str()).or_default() += 1;
+    }
+    log(&format!(
+        "chaos: {} faults carried out {by_kind:?}, {} failed; missed {missed}, duplicate {duplicate}, stale {stale}",
+        records.len(),
+        failures.len()
+    ));
+    for v in violations.iter().take(10) {
+        log(&format!(
+            "  {:?}: {} (faults around: {:?})",
+            v.property, v.what, v.faults
+        ));
+    }
+    notes.insert(
+        "chaos".into(),
+        json!({
+            "settings": s,
+            "schedule_seed": schedule_seed,
+            "faults_planned": planned.len(),
+            "faults_by_kind": by_kind,
+            "faults_failed": failures,
+            "proxy_injected": injected,
+            "missed": missed,
+            "duplicate": duplicate,
+            "stale": stale,
+            "violations": violations.iter().take(50).collect::<Vec<_>>(),
+            "fault_log": records,
+        }),
+    );
+    let shown = violations.iter().take(10).map(|v| {
+        format!(
+            "chaos {:?}: {} (faults around: {})",
+            v.property,
+            v.what,
+            v.faults.join("; ")
+        )
+    });
+    shown
+        .chain(failures.iter().map(|f| format!("chaos fault failed: {f}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_writes_them() {
+        assert_eq!(parse_duration("20m"), Ok(1200.0));
+        assert_eq!(parse_duration("90s"), Ok(90.0));
+        assert_eq!(parse_duration("45"), Ok(45.0));
+        assert_eq!(parse_duration("1.5h"), Ok(5400.0));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("10d").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}
