@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -101,6 +101,29 @@ SCALE ?= small
 loadtest:
 	@cargo build --release --locked -p kube-reloader-loadtest >&2
 	$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario $(SCENARIO) --scale $(SCALE) $(LOADTEST_ARGS)
+
+## Chaos campaign (loadtest/README.md, "chaos"): 3 sharded replicas at the medium scale for 20
+## minutes under the fault schedule of CHAOS_SEED, kube-apiserver restarts and etcd compactions
+## included. Those need a control plane of the run's own: one is started (or reused) in
+## CHAOS_CACHE from a copy of the toolchain, so the shared one of `make cluster` is never
+## restarted. Not part of `make test` (CI's time budget). `make chaos-small`: 3 minutes at the
+## small scale. CHAOS_ARGS='--enable-ha' runs the HA variant.
+CHAOS_CACHE ?= $(HOME)/.cache/kube-reloader-chaos
+CHAOS_SCALE ?= medium
+CHAOS_DURATION ?= 20m
+CHAOS_SEED ?= 25
+chaos:
+	@cargo build --release --locked -p kube-reloader-loadtest >&2
+	@toolchain=$$(dirname "$$(bash hack/toolchain.sh)") && mkdir -p $(CHAOS_CACHE) && \
+		{ [ -d "$(CHAOS_CACHE)/$$(basename "$$toolchain")" ] || \
+		  cp -al "$$toolchain" $(CHAOS_CACHE)/ 2>/dev/null || cp -a "$$toolchain" $(CHAOS_CACHE)/; }
+	KUBE_RELOADER_CACHE=$(CHAOS_CACHE) bash hack/cluster.sh up >/dev/null
+	$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario chaos --scale $(CHAOS_SCALE) \
+		--duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --control-plane-faults \
+		--kubeconfig $(CHAOS_CACHE)/cluster/kubeconfig $(CHAOS_ARGS)
+
+chaos-small:
+	@$(MAKE) --no-print-directory chaos CHAOS_SCALE=small CHAOS_DURATION=3m
 
 ## Regenerate deployments/kubernetes/kube-reloader.yaml and the kustomize base from the Helm
 ## chart's defaults (tests/chart.rs fails when they drift). Builds helm once (hack/helm.sh).

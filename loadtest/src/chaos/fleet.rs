@@ -20,6 +20,9 @@ pub struct Fleet<'a> {
     epoch: Instant,
     /// `--enable-ha`: a standby is never ready, so a start does not wait for /ready.
     ha: bool,
+    /// Replicas the last scaling asked for: a fault that ends late (its restart waited for a
+    /// scaling) does not start a replica the scaling stopped.
+    wanted: usize,
 }
 
 impl<'a> Fleet<'a> {
@@ -28,11 +31,13 @@ impl<'a> Fleet<'a> {
         let live = (0..ctl.replicas.len())
             .map(|i| (i < ctl.procs.len()).then_some(i))
             .collect();
+        let wanted = ctl.procs.len();
         Self {
             ctl,
             live,
             epoch,
             ha,
+            wanted,
         }
     }
 
@@ -74,6 +79,18 @@ impl<'a> Fleet<'a> {
     /// Starts replica `i` (with its clock `skew_s` off under faketime) and, unless HA, waits
     /// until it is ready; returns the seconds to ready.
     pub async fn start(&mut self, i: usize, skew_s: Option<i64>) -> Result<f64> {
+        if i >= self.wanted {
+            log(&format!(
+                "chaos: r{i} not started again: scaled to {}",
+                self.wanted
+            ));
+            return Ok(0.0);
+        }
+        // A scaling that ran while the replica was down (its fault waited) started it already.
+        if self.live[i].is_some() {
+            log(&format!("chaos: r{i} is running already"));
+            return Ok(0.0);
+        }
         let r = &self.ctl.replicas[i];
         let cmd = match skew_s {
             // Only the wall clock: the skew is what Lease timestamps see, not timers.
@@ -114,6 +131,7 @@ impl<'a> Fleet<'a> {
     /// Starts or stops (SIGTERM, all at once) replicas until the first `to` run.
     pub async fn scale(&mut self, to: usize) -> Result<String> {
         let from = self.running();
+        self.wanted = to;
         let stopping: Vec<usize> = (to..self.live.len())
             .filter(|&i| self.live[i].is_some())
             .collect();

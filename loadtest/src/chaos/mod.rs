@@ -268,6 +268,13 @@ impl Effects<'_, '_> {
         });
     }
 
+    /// Waits while the API server restarts (the faults that use the load generator's client).
+    async fn api_up(&self) {
+        while self.hold.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     fn proxy(&self, replica: usize) -> Result<&faults::FaultProxy> {
         match self.proxies.get(replica) {
             Some(p) => Ok(p),
@@ -280,9 +287,9 @@ impl Effects<'_, '_> {
 async fn carry_out(f: &Scheduled, t0: f64, fx: &Effects<'_, '_>) {
     let wait = (t0 + f.at_s - fx.ctx.now()).max(0.0);
     tokio::time::sleep(Duration::from_secs_f64(wait)).await;
-    let start = fx.ctx.now();
+    let mut start = fx.ctx.now();
     let target = target(&f.fault, fx.ctx);
-    match apply(&f.fault, fx).await {
+    match apply(&f.fault, fx, &mut start).await {
         Ok(detail) => fx.record(f.fault.kind(), &target, start, fx.ctx.now(), detail),
         Err(e) => {
             let why = format!("{} {target} at {start:.1}s failed: {e:#}", f.fault.kind());
@@ -307,18 +314,29 @@ fn target(f: &Fault, ctx: &Ctx) -> String {
     }
 }
 
-/// The fault itself, until it is over; returns what it did.
-async fn apply(f: &Fault, fx: &Effects<'_, '_>) -> Result<String> {
+/// The fault itself, until it is over; returns what it did. A fault on the fleet waits for
+/// the one before it (a restart waiting for /ready): `start` is moved to when it took effect.
+async fn apply(f: &Fault, fx: &Effects<'_, '_>, start: &mut f64) -> Result<String> {
     let sleep = |s: f64| tokio::time::sleep(Duration::from_secs_f64(s));
+    let fleet = || async {
+        let guard = fx.fleet.lock().await;
+        (guard, fx.ctx.now())
+    };
     Ok(match *f {
         Fault::Kill { replica, down_s } => {
-            fx.fleet.lock().await.kill(replica).await;
+            let (mut fleet, t) = fleet().await;
+            *start = t;
+            fleet.kill(replica).await;
+            drop(fleet);
             sleep(down_s).await;
             let ttr = fx.fleet.lock().await.start(replica, None).await?;
             format!("SIGKILL, down {down_s:.1}s, ready {ttr:.1}s after its start")
         }
         Fault::Stop { replica, for_s } => {
-            fx.fleet.lock().await.pause(replica, false);
+            let (mut fleet, t) = fleet().await;
+            *start = t;
+            fleet.pause(replica, false);
+            drop(fleet);
             sleep(for_s).await;
             fx.fleet.lock().await.pause(replica, true);
             format!("SIGSTOP for {for_s:.1}s (lease {LEASE_S}s), SIGCONT")
@@ -328,12 +346,16 @@ async fn apply(f: &Fault, fx: &Effects<'_, '_>) -> Result<String> {
             offset_s,
             for_s,
         } => {
-            restart(fx, replica, Some(offset_s)).await?;
+            *start = restart(fx, replica, Some(offset_s)).await?;
             sleep(for_s).await;
             restart(fx, replica, None).await?;
             format!("clock {offset_s:+}s for {for_s:.1}s, then restarted with the true clock")
         }
-        Fault::Scale { to } => fx.fleet.lock().await.scale(to).await?,
+        Fault::Scale { to } => {
+            let (mut fleet, t) = fleet().await;
+            *start = t;
+            fleet.scale(to).await?
+        }
         Fault::CutWatch { replica } => {
             fx.proxy(replica)?.cut_watches();
             "open watches ended".into()
@@ -364,18 +386,28 @@ async fn apply(f: &Fault, fx: &Effects<'_, '_>) -> Result<String> {
             let plane = fx
                 .plane
                 .ok_or_else(|| anyhow::anyhow!("no control plane of our own"))?;
+            fx.api_up().await;
             let rev = plane.compact_etcd().await?;
             fx.proxies.iter().for_each(|p| p.cut_watches());
-            format!("etcd compacted at revision {rev}, every replica's watches cut")
+            match rev {
+                Some(rev) => {
+                    format!("etcd compacted at revision {rev}, every replica's watches cut")
+                }
+                None => {
+                    "nothing written since the last compaction; every replica's watches cut".into()
+                }
+            }
         }
     })
 }
 
-/// SIGTERM and a start with the clock `skew_s` off (None: the true clock).
-async fn restart(fx: &Effects<'_, '_>, replica: usize, skew_s: Option<i64>) -> Result<()> {
+/// SIGTERM and a start with the clock `skew_s` off (None: the true clock); returns when the
+/// SIGTERM was sent.
+async fn restart(fx: &Effects<'_, '_>, replica: usize, skew_s: Option<i64>) -> Result<f64> {
     let mut fleet = fx.fleet.lock().await;
+    let t = fx.ctx.now();
     fleet.terminate(replica).await;
-    fleet.start(replica, skew_s).await.map(|_| ())
+    fleet.start(replica, skew_s).await.map(|_| t)
 }
 
 async fn api_restart(fx: &Effects<'_, '_>) -> Result<String> {
@@ -383,6 +415,8 @@ async fn api_restart(fx: &Effects<'_, '_>) -> Result<String> {
         .plane
         .ok_or_else(|| anyhow::anyhow!("no control plane of our own"))?;
     fx.hold.store(true, Ordering::Relaxed);
+    // The writes in flight finish first: their retries would not outlast the restart.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let away = plane.restart_apiserver(&fx.ctx.client).await;
     fx.hold.store(false, Ordering::Relaxed);
     Ok(format!(
@@ -398,11 +432,13 @@ async fn webhook(fx: &Effects<'_, '_>, namespace: usize, for_s: f64) -> Result<S
         bail!("no workload in {ns}");
     };
     let (client, run_id) = (&fx.ctx.client, fx.ctx.run_id.as_str());
+    fx.api_up().await;
     crate::tenancy::label_poisoned(client, ns, Some(run_id)).await?;
     let poisoned = crate::tenancy::poison(client, run_id, probe).await;
     if poisoned.is_ok() {
         tokio::time::sleep(Duration::from_secs_f64(for_s)).await;
     }
+    fx.api_up().await;
     let removed = crate::tenancy::unpoison(client, run_id).await;
     crate::tenancy::label_poisoned(client, ns, None).await?;
     poisoned?;

@@ -56,7 +56,8 @@ impl Plane {
             .context("ETCD_CLIENT_PORT")
     }
 
-    /// SIGTERM to kube-apiserver, the same command line started again (its pid recorded where
+    /// SIGTERM to kube-apiserver (SIGKILL after 5 s: its graceful shutdown waits up to a minute
+    /// for open watches), the same command line started again (its pid recorded where
     /// `hack/cluster.sh` keeps it), and the wait until it answers; returns the seconds it was away.
     pub async fn restart_apiserver(&self, client: &kube::Client) -> Result<f64> {
         let pid = self.pid("kube-apiserver")?;
@@ -70,7 +71,14 @@ impl Plane {
         }
         let t = Instant::now();
         signal(pid, "TERM");
-        while Path::new(&format!("/proc/{pid}")).exists() && t.elapsed() < Duration::from_secs(60) {
+        let gone = || exited(pid);
+        while !gone() && t.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !gone() {
+            signal(pid, "KILL");
+        }
+        while !gone() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let log = std::fs::OpenOptions::new()
@@ -79,7 +87,9 @@ impl Plane {
             .open(self.state.join("logs/kube-apiserver.log"))?;
         let pidfile = self.state.join("pids/kube-apiserver.pid");
         // As hack/cluster.sh launches it: its own session, the pid written by the wrapper.
+        // `-f`: forked, so it is not this process's child (nobody here would reap it).
         std::process::Command::new("setsid")
+            .arg("-f")
             .arg("bash")
             .arg("-c")
             .arg(r#"echo $$ >"$1"; shift; exec "$@""#)
@@ -100,8 +110,9 @@ impl Plane {
         Ok(t.elapsed().as_secs_f64())
     }
 
-    /// Compacts etcd's history up to its current revision; returns that revision.
-    pub async fn compact_etcd(&self) -> Result<u64> {
+    /// Compacts etcd's history up to its current revision; returns that revision, None when
+    /// nothing was written since the last compaction.
+    pub async fn compact_etcd(&self) -> Result<Option<u64>> {
         let port = self.etcd_port()?;
         tokio::task::spawn_blocking(move || {
             let range = post(port, "/v3/kv/range", r#"{"key":"AA==","limit":1}"#)?;
@@ -110,14 +121,24 @@ impl Plane {
                 .as_str()
                 .context("no revision in etcd's answer")?
                 .parse()?;
-            post(
-                port,
-                "/v3/kv/compaction",
-                &format!(r#"{{"revision":"{rev}","physical":true}}"#),
-            )?;
-            Ok(rev)
+            let body = format!(r#"{{"revision":"{rev}","physical":true}}"#);
+            match post(port, "/v3/kv/compaction", &body) {
+                Ok(_) => Ok(Some(rev)),
+                Err(e) if e.to_string().contains("has been compacted") => Ok(None),
+                Err(e) => Err(e),
+            }
         })
         .await?
+    }
+}
+
+/// The process is gone, or a zombie nobody reaped yet (then it serves nothing either).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
     }
 }
 
@@ -149,6 +170,17 @@ fn post(port: u16, path: &str, body: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_counts_as_exited() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(exited(pid), "a child not reaped yet is a zombie");
+        child.wait().unwrap();
+        assert!(exited(pid));
+        assert!(!exited(std::process::id()));
+    }
 
     #[test]
     fn the_shared_control_plane_is_refused() {
