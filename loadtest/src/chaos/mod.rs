@@ -356,48 +356,60 @@ async fn apply(f: &Fault, fx: &Effects<'_, '_>, start: &mut f64) -> Result<Strin
             *start = t;
             fleet.scale(to).await?
         }
-        Fault::CutWatch { replica } => {
-            fx.proxy(replica)?.cut_watches();
+        Fault::CutWatch { .. }
+        | Fault::WriteErrors { .. }
+        | Fault::Latency { .. }
+        | Fault::GoneOnResume { .. } => proxy_fault(f, fx).await?,
+        Fault::Webhook { namespace, for_s } => webhook(fx, namespace, for_s).await?,
+        Fault::ApiRestart => api_restart(fx).await?,
+        Fault::Compaction => compaction(fx).await?,
+    })
+}
+
+/// A fault of the replica's proxy, until it is over.
+async fn proxy_fault(f: &Fault, fx: &Effects<'_, '_>) -> Result<String> {
+    let sleep = |s: f64| tokio::time::sleep(Duration::from_secs_f64(s));
+    let proxy = fx.proxy(f.replica().unwrap_or(usize::MAX))?;
+    Ok(match *f {
+        Fault::CutWatch { .. } => {
+            proxy.cut_watches();
             "open watches ended".into()
         }
         Fault::WriteErrors {
-            replica,
             code,
             share_pct,
             for_s,
+            ..
         } => {
-            fx.proxy(replica)?.write_errors(code, share_pct, for_s);
+            proxy.write_errors(code, share_pct, for_s);
             sleep(for_s).await;
             format!("{share_pct}% of writes answered {code}")
         }
-        Fault::Latency { replica, ms, for_s } => {
-            fx.proxy(replica)?.latency(ms, for_s);
+        Fault::Latency { ms, for_s, .. } => {
+            proxy.latency(ms, for_s);
             sleep(for_s).await;
             format!("+{ms} ms on every response")
         }
-        Fault::GoneOnResume { replica, for_s } => {
-            fx.proxy(replica)?.gone_on_resume(for_s);
+        Fault::GoneOnResume { for_s, .. } => {
+            proxy.gone_on_resume(for_s);
             sleep(for_s).await;
             "watches cut, first resume of each resource answered 410".into()
         }
-        Fault::Webhook { namespace, for_s } => webhook(fx, namespace, for_s).await?,
-        Fault::ApiRestart => api_restart(fx).await?,
-        Fault::Compaction => {
-            let plane = fx
-                .plane
-                .ok_or_else(|| anyhow::anyhow!("no control plane of our own"))?;
-            fx.api_up().await;
-            let rev = plane.compact_etcd().await?;
-            fx.proxies.iter().for_each(|p| p.cut_watches());
-            match rev {
-                Some(rev) => {
-                    format!("etcd compacted at revision {rev}, every replica's watches cut")
-                }
-                None => {
-                    "nothing written since the last compaction; every replica's watches cut".into()
-                }
-            }
-        }
+        _ => unreachable!("not a proxy fault: {f:?}"),
+    })
+}
+
+/// etcd compacted, and every replica's watches cut so that they resume from before it.
+async fn compaction(fx: &Effects<'_, '_>) -> Result<String> {
+    let plane = fx
+        .plane
+        .ok_or_else(|| anyhow::anyhow!("no control plane of our own"))?;
+    fx.api_up().await;
+    let rev = plane.compact_etcd().await?;
+    fx.proxies.iter().for_each(|p| p.cut_watches());
+    Ok(match rev {
+        Some(rev) => format!("etcd compacted at revision {rev}, every replica's watches cut"),
+        None => "nothing written since the last compaction; every replica's watches cut".into(),
     })
 }
 
