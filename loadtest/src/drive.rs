@@ -55,51 +55,20 @@ pub async fn drive(
         | Scenario::References
         | Scenario::Mixed
         | Scenario::Cardinality
-        | Scenario::Realistic => {
-            let configs = ctx.pick_configs(rng, plan.changes, standard);
-            log(&format!("{} changes at {}/s", configs.len(), plan.rate));
-            ctx.drive_at_rate(configs, plan.rate, None).await;
-            ctx.wait_reloads(timeout_for(plan, plan.changes)).await
-        }
+        | Scenario::Realistic => steady(ctx, plan, rng, standard).await,
         Scenario::Churn => {
-            let configs = ctx.pick_configs(rng, plan.changes, standard);
-            log(&format!("{} changes at {}/s", configs.len(), plan.rate));
-            let ready_url = &ctl.replicas[0].ready_url;
-            let ((), outcome) = tokio::join!(
-                ctx.drive_at_rate(configs.clone(), plan.rate, None),
-                churn::run(ctx, &configs, plan, ready_url)
-            );
+            let ready_url = ctl.replicas[0].ready_url.clone();
+            let (done, outcome) = churned(ctx, plan, rng, standard, &ready_url).await;
             d.churn = Some(outcome);
-            ctx.wait_reloads(timeout_for(plan, plan.changes)).await
+            done
         }
         Scenario::Burst | Scenario::Ratelimit => {
-            let configs = ctx.pick_configs(rng, plan.changes, standard);
-            log(&format!("{} changes at once", configs.len()));
-            let t = Instant::now();
-            ctx.drive_burst(configs).await;
-            d.notes.insert(
-                "writes_took_s".into(),
-                json!(report::round(t.elapsed().as_secs_f64())),
-            );
-            ctx.wait_reloads(timeout_for(plan, plan.changes * 3)).await
+            burst(ctx, plan, rng, standard, &mut d.notes).await
         }
         Scenario::Fanout => fanout(ctx, plan, &targets.special[0], &mut d.notes).await,
         Scenario::Noop => noop(ctx, plan, rng, standard, &mut d.notes).await,
         Scenario::Pause => pause(ctx, plan, rng, standard, rollouts, &mut d.notes).await,
-        Scenario::Large => {
-            let configs: Vec<ConfigRef> = (0..plan.changes)
-                .map(|i| targets.special[i % targets.special.len()].clone())
-                .collect();
-            log(&format!(
-                "{} changes of {} KiB Secrets at {}/s",
-                configs.len(),
-                plan.large_secret_bytes / 1024,
-                plan.rate
-            ));
-            ctx.drive_at_rate(configs, plan.rate, Some(plan.large_secret_bytes))
-                .await;
-            ctx.wait_reloads(timeout_for(plan, plan.changes)).await
-        }
+        Scenario::Large => large(ctx, plan, &targets.special).await,
         Scenario::Restart => restart(ctx, plan, rng, standard, ctl, env.epoch).await?,
         Scenario::NoisyNeighbour => {
             let tenancy = targets
@@ -130,6 +99,69 @@ pub async fn drive(
         Scenario::All => unreachable!(),
     };
     Ok(d)
+}
+
+/// `plan.changes` changes of the standard configs at `plan.rate`.
+async fn steady(ctx: &Arc<Ctx>, plan: &Plan, rng: &mut Rng, standard: usize) -> bool {
+    let configs = ctx.pick_configs(rng, plan.changes, standard);
+    log(&format!("{} changes at {}/s", configs.len(), plan.rate));
+    ctx.drive_at_rate(configs, plan.rate, None).await;
+    ctx.wait_reloads(timeout_for(plan, plan.changes)).await
+}
+
+/// `steady` while extra workloads are created and deleted.
+async fn churned(
+    ctx: &Arc<Ctx>,
+    plan: &Plan,
+    rng: &mut Rng,
+    standard: usize,
+    ready_url: &str,
+) -> (bool, churn::Outcome) {
+    let configs = ctx.pick_configs(rng, plan.changes, standard);
+    log(&format!("{} changes at {}/s", configs.len(), plan.rate));
+    let ((), outcome) = tokio::join!(
+        ctx.drive_at_rate(configs.clone(), plan.rate, None),
+        churn::run(ctx, &configs, plan, ready_url)
+    );
+    (
+        ctx.wait_reloads(timeout_for(plan, plan.changes)).await,
+        outcome,
+    )
+}
+
+/// `plan.changes` changes at once.
+async fn burst(
+    ctx: &Ctx,
+    plan: &Plan,
+    rng: &mut Rng,
+    standard: usize,
+    notes: &mut Map<String, Value>,
+) -> bool {
+    let configs = ctx.pick_configs(rng, plan.changes, standard);
+    log(&format!("{} changes at once", configs.len()));
+    let t = Instant::now();
+    ctx.drive_burst(configs).await;
+    notes.insert(
+        "writes_took_s".into(),
+        json!(report::round(t.elapsed().as_secs_f64())),
+    );
+    ctx.wait_reloads(timeout_for(plan, plan.changes * 3)).await
+}
+
+/// `plan.changes` changes of the large Secrets at `plan.rate`.
+async fn large(ctx: &Arc<Ctx>, plan: &Plan, special: &[ConfigRef]) -> bool {
+    let configs: Vec<ConfigRef> = (0..plan.changes)
+        .map(|i| special[i % special.len()].clone())
+        .collect();
+    log(&format!(
+        "{} changes of {} KiB Secrets at {}/s",
+        configs.len(),
+        plan.large_secret_bytes / 1024,
+        plan.rate
+    ));
+    ctx.drive_at_rate(configs, plan.rate, Some(plan.large_secret_bytes))
+        .await;
+    ctx.wait_reloads(timeout_for(plan, plan.changes)).await
 }
 
 /// `fanout_changes` changes of the shared ConfigMap, each after the previous one finished;

@@ -419,17 +419,8 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
         mut driven,
         ..
     } = g;
-    let (mut verdict, reloads) = st.evaluate(g.initial_hashes);
-    if !driven.completed && verdict.missing == 0 {
-        verdict.passed = false;
-        verdict
-            .examples
-            .push("timed out waiting for reloads".into());
-    }
-    for p in &driven.problems {
-        verdict.passed = false;
-        verdict.examples.push(p.clone());
-    }
+    let (verdict, reloads) = st.evaluate(g.initial_hashes);
+    let mut verdict = with_drive_problems(verdict, &driven);
     let churn_json = driven
         .churn
         .as_ref()
@@ -438,15 +429,7 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
         let metrics = f.metrics.first().cloned().flatten();
         flapping::check(fl, st, &env.plan, metrics.as_deref(), &mut verdict)
     });
-    let sharding_json = ctl.converged.as_ref().map(|c| {
-        let owned_end: Vec<Option<u64>> = f
-            .metrics
-            .iter()
-            .map(|m| m.as_deref().and_then(sharded::owned_namespaces))
-            .collect();
-        let n_namespaces = g.population["namespaces"].as_u64().unwrap_or(0) as usize;
-        sharded::report(&ctl.names(), &f.per_process, c, &owned_end, n_namespaces)
-    });
+    let sharding_json = sharding_report(ctl, &f, &g.population);
     let (all_lat, latency, latency_by_tag) = latency_figures(env, &reloads)?;
     let write_times = workload_write_times(&f, st, g.times.changes);
     if env.scenario == Scenario::Ratelimit {
@@ -501,6 +484,39 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
         "api_requests_audit": f.audit.json,
         "watch": {"events": st.watch_events, "errors": st.watch_errors},
     }))
+}
+
+/// The ledger's verdict, failed too when the drive timed out or a scenario found problems.
+fn with_drive_problems(mut verdict: Verdict, driven: &Driven) -> Verdict {
+    if !driven.completed && verdict.missing == 0 {
+        verdict.passed = false;
+        verdict
+            .examples
+            .push("timed out waiting for reloads".into());
+    }
+    for p in &driven.problems {
+        verdict.passed = false;
+        verdict.examples.push(p.clone());
+    }
+    verdict
+}
+
+/// Each replica's share at the end, with `--sharding` (`None`: one unsharded controller).
+fn sharding_report(ctl: &Controllers, f: &Final, population: &Value) -> Option<Value> {
+    let c = ctl.converged.as_ref()?;
+    let owned_end: Vec<Option<u64>> = f
+        .metrics
+        .iter()
+        .map(|m| m.as_deref().and_then(sharded::owned_namespaces))
+        .collect();
+    let n_namespaces = population["namespaces"].as_u64().unwrap_or(0) as usize;
+    Some(sharded::report(
+        &ctl.names(),
+        &f.per_process,
+        c,
+        &owned_end,
+        n_namespaces,
+    ))
 }
 
 fn file_sha1(path: &str) -> Option<String> {

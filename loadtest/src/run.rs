@@ -153,32 +153,9 @@ async fn measure(
     let t_changes = env.epoch.elapsed().as_secs_f64();
     let wall_changes = jiff::Timestamp::now();
 
-    let ctx = Arc::new(Ctx {
-        client: env.client.clone(),
-        epoch: env.epoch,
-        state: state.clone(),
-        own: own.clone(),
-        run_id: env.run_id.clone(),
-        config_tags: config_tags(env.scenario, &pop),
-        pop,
-        concurrency: env.args.concurrency,
-        nonce: AtomicUsize::new(0),
-        phase: Mutex::new(env.scenario.name().to_string()),
-    });
+    let ctx = driving_context(env, &state, &own, pop);
     let mut driven = drive::drive(env, &ctx, &mut ctl, rng, &targets, &rollouts).await?;
-    let t_reloaded = env.epoch.elapsed().as_secs_f64();
-    log(&format!(
-        "{} expected reloads seen; settling {}s",
-        if driven.completed { "all" } else { "NOT all" },
-        env.plan.settle_s
-    ));
-    tokio::time::sleep(env.plan.settle()).await;
-    let times = Times {
-        changes: t_changes,
-        reloaded: t_reloaded,
-        end: env.epoch.elapsed().as_secs_f64(),
-        wall_changes,
-    };
+    let times = settle(env, &driven, t_changes, wall_changes).await;
 
     let fin = outcome::final_readings(
         env,
@@ -206,6 +183,49 @@ async fn measure(
             population,
         },
     )
+}
+
+/// What the scenario drivers share: the client, the ledger and the population.
+fn driving_context(
+    env: &RunEnv<'_>,
+    state: &Arc<Mutex<State>>,
+    own: &Arc<OwnRequests>,
+    pop: Population,
+) -> Arc<Ctx> {
+    Arc::new(Ctx {
+        client: env.client.clone(),
+        epoch: env.epoch,
+        state: state.clone(),
+        own: own.clone(),
+        run_id: env.run_id.clone(),
+        config_tags: config_tags(env.scenario, &pop),
+        pop,
+        concurrency: env.args.concurrency,
+        nonce: AtomicUsize::new(0),
+        phase: Mutex::new(env.scenario.name().to_string()),
+    })
+}
+
+/// Waits the settle period after the drive; the run's phase times.
+async fn settle(
+    env: &RunEnv<'_>,
+    driven: &drive::Driven,
+    t_changes: f64,
+    wall_changes: jiff::Timestamp,
+) -> Times {
+    let t_reloaded = env.epoch.elapsed().as_secs_f64();
+    log(&format!(
+        "{} expected reloads seen; settling {}s",
+        if driven.completed { "all" } else { "NOT all" },
+        env.plan.settle_s
+    ));
+    tokio::time::sleep(env.plan.settle()).await;
+    Times {
+        changes: t_changes,
+        reloaded: t_reloaded,
+        end: env.epoch.elapsed().as_secs_f64(),
+        wall_changes,
+    }
 }
 
 /// Waits until the load generator's watches have listed every workload of the run (they start

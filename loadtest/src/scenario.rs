@@ -201,13 +201,21 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(scenario: Scenario, scale: Scale) -> Self {
+        let mut p = Self::base(scale);
+        p.for_scenario(scenario, scale);
+        p.kill_after = p.changes / 3;
+        p
+    }
+
+    /// The scale's figures, before a scenario changes some.
+    fn base(scale: Scale) -> Self {
         let (namespaces, workloads) = match scale {
             Scale::Small => (10, 200),
             Scale::Medium => (1_000, 10_000),
             Scale::Large => (10_000, 100_000),
         };
         let big = scale != Scale::Small;
-        let mut p = Plan {
+        Plan {
             namespaces,
             workloads,
             changes: if big { 600 } else { 50 },
@@ -267,7 +275,13 @@ impl Plan {
                 Scale::Large => 1800.0,
             },
             wait_base_s: if big { 120.0 } else { 30.0 },
-        };
+        }
+    }
+
+    /// What `scenario` runs differently from the scale's figures.
+    fn for_scenario(&mut self, scenario: Scenario, scale: Scale) {
+        let big = scale != Scale::Small;
+        let p = self;
         match scenario {
             Scenario::Burst => p.changes = if big { 2_000 } else { 100 },
             Scenario::Noop => {
@@ -309,8 +323,6 @@ impl Plan {
             Scenario::Chaos => p.rate = 30.0,
             _ => {}
         }
-        p.kill_after = p.changes / 3;
-        p
     }
 
     /// Controller flags the scenario needs (substituted for `{scenario_flags}`).

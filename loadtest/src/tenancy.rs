@@ -354,13 +354,8 @@ fn rss_mib(pid: u32) -> f64 {
     crate::controller::sample(pid, 0.0).map_or(f64::NAN, |s| s.rss_kib as f64 / 1024.0)
 }
 
-pub async fn drive_poisoned(
-    ctx: &Arc<Ctx>,
-    plan: &Plan,
-    tenancy: &Tenancy,
-    controller_pid: u32,
-    notes: &mut serde_json::Map<String, Value>,
-) -> Result<bool> {
+/// The dead webhook on the poisoned namespace, installed once a dry-run write there is refused.
+async fn install_poison(ctx: &Ctx, plan: &Plan, tenancy: &Tenancy) -> Result<()> {
     let probe = ctx
         .pop
         .workloads
@@ -374,6 +369,17 @@ pub async fn drive_poisoned(
         tenancy.special.len(),
         plan.poisoned_for_s
     ));
+    Ok(())
+}
+
+pub async fn drive_poisoned(
+    ctx: &Arc<Ctx>,
+    plan: &Plan,
+    tenancy: &Tenancy,
+    controller_pid: u32,
+    notes: &mut serde_json::Map<String, Value>,
+) -> Result<bool> {
+    install_poison(ctx, plan, tenancy).await?;
     let rss_start = rss_mib(controller_pid);
     futures::future::join_all(tenancy.special.iter().map(|c| ctx.change(c, None))).await;
     let (period, for_s) = (plan.quiet_period_s, plan.poisoned_for_s);
