@@ -10,6 +10,9 @@ use crate::controller::ControllerProc;
 use crate::launch::{Controllers, SAMPLE_EVERY};
 use crate::log;
 
+/// Debian's `faketime` package.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// The grace of a SIGTERM (scale-down, the restarts of a skew), as a pod's default.
 const GRACE: Duration = Duration::from_secs(30);
 
@@ -93,9 +96,12 @@ impl<'a> Fleet<'a> {
         }
         let r = &self.ctl.replicas[i];
         let cmd = match skew_s {
-            // Only the wall clock: the skew is what Lease timestamps see, not timers.
+            // Only the wall clock: the skew is what Lease timestamps see, not timers. The
+            // library preloaded, not the `faketime` wrapper: the wrapper forks and exits on
+            // SIGTERM while the controller still hands over, and the next start then finds
+            // its port taken.
             Some(s) => format!(
-                "env FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f {s:+}s {}",
+                "env LD_PRELOAD={LIBFAKETIME} FAKETIME={s:+}s FAKETIME_DONT_FAKE_MONOTONIC=1 {}",
                 r.cmd
             ),
             None => r.cmd.clone(),

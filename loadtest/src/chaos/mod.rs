@@ -117,6 +117,12 @@ struct Effects<'a, 'c> {
     hold: &'a AtomicBool,
     records: Mutex<Vec<FaultRecord>>,
     failures: Mutex<Vec<String>>,
+    /// The schedule's lanes, held for a fault's whole course: a fault that ran late (a restart
+    /// waiting for /ready at the medium scale) delays the next one of its lane instead of
+    /// overlapping it.
+    lanes: [tokio::sync::Mutex<()>; 3],
+    /// No fault starts after this (run clock): what a late lane pushed past it is skipped.
+    last_start_s: f64,
 }
 
 /// Drives the chaos run; returns whether every expected reload was seen, and the problems that
@@ -154,6 +160,8 @@ pub async fn drive(
         hold: &hold,
         records: Mutex::default(),
         failures: Mutex::default(),
+        lanes: Default::default(),
+        last_start_s: ctx.now() + s.duration_s - s.tail_s,
     };
     let done = AtomicBool::new(false);
     let t0 = ctx.now();
@@ -287,8 +295,24 @@ impl Effects<'_, '_> {
 async fn carry_out(f: &Scheduled, t0: f64, fx: &Effects<'_, '_>) {
     let wait = (t0 + f.at_s - fx.ctx.now()).max(0.0);
     tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+    let lane = match &f.fault {
+        x if x.disrupts_replicas() => Some(&fx.lanes[0]),
+        x if x.control_plane() => Some(&fx.lanes[1]),
+        Fault::Webhook { .. } => Some(&fx.lanes[2]),
+        _ => None,
+    };
+    let _lane = match lane {
+        Some(l) => Some(l.lock().await),
+        None => None,
+    };
     let mut start = fx.ctx.now();
     let target = target(&f.fault, fx.ctx);
+    if start > fx.last_start_s {
+        let what = format!("{} {target}", f.fault.kind());
+        let why = format!("its lane was busy until {start:.1}s");
+        fx.record("skipped", &what, start, start, why);
+        return;
+    }
     match apply(&f.fault, fx, &mut start).await {
         Ok(detail) => fx.record(f.fault.kind(), &target, start, fx.ctx.now(), detail),
         Err(e) => {

@@ -114,12 +114,12 @@ impl Fault {
         }
     }
 
-    fn control_plane(&self) -> bool {
+    pub fn control_plane(&self) -> bool {
         matches!(self, Fault::ApiRestart | Fault::Compaction)
     }
 
     /// Takes a replica away (SIGKILL, SIGSTOP, a restart): one at a time.
-    fn disrupts_replicas(&self) -> bool {
+    pub fn disrupts_replicas(&self) -> bool {
         matches!(
             self,
             Fault::Kill { .. } | Fault::Stop { .. } | Fault::Skew { .. } | Fault::Scale { .. }
