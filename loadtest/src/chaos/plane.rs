@@ -175,7 +175,11 @@ mod tests {
     fn a_zombie_counts_as_exited() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        std::thread::sleep(Duration::from_millis(200));
+        // `true` exits at once, but a loaded machine may take a while to run it.
+        let t = Instant::now();
+        while !exited(pid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(exited(pid), "a child not reaped yet is a zombie");
         child.wait().unwrap();
         assert!(exited(pid));
