@@ -28,11 +28,15 @@ use super::queue::classify;
 use super::queue::{QueuedChange, WriteError};
 use crate::reloader_format::template::TemplateChange;
 
-/// How long a write waits for this replica's view of a config to catch up with the API server
-/// before it writes what the index has (a config that left the label selector, say, never
-/// reaches the index again). Timed from the first time the view was found behind, not from when
-/// the change was seen: a change held while this replica was paused or fenced is that old
-/// already, and must still wait for the view it wakes up to.
+/// How long a write waits for this replica's view of a config to catch up with the API server.
+/// Past it, the change is not written for that config: what the index holds is older than what
+/// the server has, and writing it could roll a workload back over a newer value another replica
+/// wrote (`chaos-medium-3r-c0e4b52`: a replica's start-up catch-up, its watch lagging, wrote
+/// ten-minute-old hashes after this wait). Nothing is lost: when the watch delivers the newer
+/// state, it queues its own reload; a config that never catches up (it left the label
+/// selector) is no longer one this replica reloads for. Timed from the first time the view was
+/// found behind, not from when the change was seen: a change held while this replica was paused
+/// or fenced is that old already, and must still wait for the view it wakes up to.
 const MAX_VIEW_WAIT: Duration = Duration::from_secs(20);
 
 /// How an indexed config compares with the server's object.
@@ -129,10 +133,11 @@ impl ConfigViews {
                     indexed.as_ref().map(|s| s.resource_version)
                 )));
             }
-            if lag != ViewLag::Current {
-                warn!(config = %config, ?lag, max_wait = ?self.max_wait, "config view still behind; writing what this replica has");
-            }
             self.behind_since.remove(config);
+            if lag != ViewLag::Current {
+                warn!(config = %config, ?lag, max_wait = ?self.max_wait, "config view still behind; not writing its older hash (the watch brings the newer state, which queues its own reload)");
+                continue;
+            }
             match newest(&queued.change, indexed.as_ref()) {
                 Newest::Write(change) => out.push(change),
                 Newest::NotIndexed => {
