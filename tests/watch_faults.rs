@@ -78,3 +78,48 @@ async fn a_change_and_a_deletion_made_while_the_watch_was_down_are_found_by_the_
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(generation().await, settled, "{}", plain_logs(&controller));
 }
+
+/// A paged start-up list is a consistent read. A list at "any version" may come from a watch
+/// cache that lags (the proxy answers one with a list recorded before the change below); a
+/// replica that read it would take the change made while it was down for the state its workload
+/// records and, its watch delayed, miss the reload.
+#[tokio::test]
+async fn a_paged_start_up_list_is_a_consistent_read_never_a_lagging_cache() {
+    let ns = TestNamespace::new("wf-stale").await;
+    let c = &ns.client;
+    create(c, &ns.name, configmap("cfg", json!({"k": "v1"}))).await;
+    let container = env_from_configs(&["cfg"], &[]);
+    create(c, &ns.name, auto_deployment("web", json!({}), container)).await;
+    let scope = format!("--namespaces={}", ns.name);
+    let first = Controller::start(&[&scope]).await;
+    set_configmap_data(c, &ns.name, "cfg", json!({"k": "v2"})).await;
+    let var = "STAKATER_CFG_CONFIGMAP";
+    let v2 = configmap_hash(&[("k", "v2")]);
+    wait_for_env_state(c, &ns.name, "web", var, Some(&v2), 30).await;
+    first.stop().await;
+
+    let path = format!("/api/v1/namespaces/{}/configmaps", ns.name);
+    let request = http::Request::get(&path).body(Vec::new()).unwrap();
+    let recorded = c
+        .request_text(request)
+        .await
+        .expect("listing the ConfigMaps");
+    set_configmap_data(c, &ns.name, "cfg", json!({"k": "v3"})).await;
+
+    let proxy = FaultProxy::start().await;
+    proxy.refuse_streaming_lists();
+    proxy.serve_stale_lists("configmaps", recorded.into_bytes());
+    proxy.freeze_watches("configmaps");
+    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    let second =
+        Controller::start_with_env(&[&scope], &[("KUBECONFIG", kubeconfig.as_str())]).await;
+    assert!(
+        second
+            .logs()
+            .contains("config and workload watches list in pages"),
+        "the proxy did not make the controller list in pages:\n{}",
+        plain_logs(&second)
+    );
+    let v3 = configmap_hash(&[("k", "v3")]);
+    wait_for_env_state(c, &ns.name, "web", var, Some(&v3), 20).await;
+}

@@ -332,7 +332,7 @@ impl ReportedVersions {
 async fn watch_spc(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {
     let ar = spc_pod_status_resource();
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &ar);
-    let stream = watch_streams(apis, watcher::Config::default().any_semantic());
+    let stream = watch_streams(apis, watcher::Config::default());
     let mut verbs = PodStatusVerbs {
         ctx: ctx.clone(),
         reported: ReportedVersions::default(),

@@ -7,6 +7,12 @@
 //! streaming list (`sendInitialEvents`, KEP-3157) sends the objects one by one as watch events,
 //! so memory stays at one object plus the index. Servers that do not serve it (the WatchList
 //! feature is off before Kubernetes 1.32) get paginated lists instead.
+//!
+//! Every initial list asks for the most recent state, not "any version": a list at
+//! `resourceVersion=0` may be served from a watch cache that lags, and what a start-up or a
+//! relist reads is what its catch-up acts on (`tests/watch_faults.rs` serves such a list).
+//! Streaming lists start at kube-runtime's resourceVersion 0, which the API server serves from
+//! its watch cache.
 
 use std::time::Duration;
 
@@ -29,9 +35,7 @@ pub fn initial_list(streaming: bool, page_size: u32) -> watcher::Config {
     if streaming {
         watcher::Config::default().streaming_lists()
     } else {
-        watcher::Config::default()
-            .any_semantic()
-            .page_size(page_size)
+        watcher::Config::default().page_size(page_size)
     }
 }
 
@@ -94,7 +98,7 @@ mod tests {
         let paged = config_watch(false);
         assert_eq!(paged.initial_list_strategy, InitialListStrategy::ListWatch);
         assert_eq!(paged.page_size, Some(CONFIG_PAGE_SIZE));
-        assert_eq!(paged.list_semantic, ListSemantic::Any);
+        assert_eq!(paged.list_semantic, ListSemantic::MostRecent);
         let streaming = config_watch(true);
         assert_eq!(
             streaming.initial_list_strategy,

@@ -20,7 +20,7 @@ use super::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {
     let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();
     let api: Api<Namespace> = Api::all(ctx.client.clone());
-    let config = watcher::Config::default().labels(&selector).any_semantic();
+    let config = watcher::Config::default().labels(&selector);
     let stream = watch_streams(vec![api], config);
     let mut verbs = SelectionVerbs { ctx: ctx.clone() };
     drive(stream, vec![None], &mut verbs, &gate).await;

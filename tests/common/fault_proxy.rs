@@ -9,7 +9,7 @@
 //! longer in its watch cache, so the client has to list again.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use apiproxy::{ApiProxy, Call, Hooks};
@@ -35,11 +35,22 @@ enum WatchFault {
     Expired(&'static str),
 }
 
+/// A list answered from an older state, as a lagging watch cache may answer a list at
+/// `resourceVersion=0` ("any version"): the body the test recorded earlier.
+#[derive(Debug, Clone)]
+struct StaleList {
+    resource: &'static str,
+    body: Vec<u8>,
+}
+
 /// The armed faults, shared by the proxy's handler and the test.
 struct Faults {
     list: Mutex<Option<ListFault>>,
     failed: AtomicU64,
     watches: tokio::sync::watch::Sender<WatchFault>,
+    /// Streaming lists (`sendInitialEvents`) refused, as a server without WatchList refuses them.
+    refuse_streaming: AtomicBool,
+    stale: Mutex<Option<StaleList>>,
 }
 
 pub struct FaultProxy {
@@ -54,6 +65,8 @@ impl FaultProxy {
             list: Mutex::new(None),
             failed: AtomicU64::new(0),
             watches: tokio::sync::watch::Sender::new(WatchFault::None),
+            refuse_streaming: AtomicBool::new(false),
+            stale: Mutex::new(None),
         });
         let proxy = ApiProxy::start("fault-proxy", super::client().await, faults.clone())
             .await
@@ -98,6 +111,18 @@ impl FaultProxy {
             .send_replace(WatchFault::Expired(expired));
     }
 
+    /// Watches asking for initial events (streaming lists) get a 500 from now on, so the
+    /// controller lists in pages, as against a server without the WatchList feature.
+    pub fn refuse_streaming_lists(&self) {
+        self.faults.refuse_streaming.store(true, Ordering::Relaxed);
+    }
+
+    /// Lists of `resource` at `resourceVersion=0` are answered with `body` (a list response
+    /// recorded earlier) from now on; consistent lists still reach the API server.
+    pub fn serve_stale_lists(&self, resource: &'static str, body: Vec<u8>) {
+        *self.faults.stale.lock().unwrap() = Some(StaleList { resource, body });
+    }
+
     /// How many requests the fault has failed so far.
     pub fn failed(&self) -> u64 {
         self.faults.failed.load(Ordering::Relaxed)
@@ -112,7 +137,10 @@ impl Drop for FaultProxy {
 
 impl Hooks for Faults {
     fn request(&self, call: &Call) -> Option<Response> {
-        self.should_fail(call).then(injected_failure)
+        if self.refuses_streaming(call) || self.should_fail(call) {
+            return Some(injected_failure());
+        }
+        self.stale_answer(call)
     }
 
     fn response(&self, call: &Call, _head: &response::Parts, body: Body) -> Body {
@@ -124,6 +152,27 @@ impl Hooks for Faults {
 }
 
 impl Faults {
+    fn refuses_streaming(&self, call: &Call) -> bool {
+        let query = call.query.as_deref().unwrap_or_default();
+        self.refuse_streaming.load(Ordering::Relaxed)
+            && call.verb == "watch"
+            && query.contains("sendInitialEvents=true")
+    }
+
+    fn stale_answer(&self, call: &Call) -> Option<Response> {
+        let stale = self.stale.lock().unwrap();
+        let stale = stale.as_ref()?;
+        let any_version = call
+            .query
+            .as_deref()
+            .is_some_and(|q| q.split('&').any(|p| p == "resourceVersion=0"));
+        if call.verb != "list" || call.resource != stale.resource || !any_version {
+            return None;
+        }
+        let head = [(header::CONTENT_TYPE, "application/json")];
+        Some((StatusCode::OK, head, stale.body.clone()).into_response())
+    }
+
     fn should_fail(&self, call: &Call) -> bool {
         if call.verb != "list" {
             return false;
