@@ -86,7 +86,8 @@ impl fmt::Debug for Digest {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex, as Go's `%x` prints bytes.
+pub(super) fn hex(bytes: &[u8]) -> String {
     use fmt::Write;
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

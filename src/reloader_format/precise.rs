@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use sha1::Digest as _;
 
+use super::hash::hex;
+
 /// The digest of one key of a config.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct KeyDigest {
@@ -68,13 +70,6 @@ impl KeyDigests {
         self.0.as_ref().map_or(0, |d| d.len())
     }
 
-    /// Bytes held on the heap (the index-memory bench).
-    pub fn heap_bytes(&self) -> usize {
-        self.0
-            .as_ref()
-            .map_or(0, |d| 16 + d.len() * size_of::<KeyDigest>())
-    }
-
     fn value_of(&self, key: &str) -> Option<&[u8; 16]> {
         let digests = self.0.as_ref()?;
         let name = name_digest(key);
@@ -102,15 +97,6 @@ impl KeyDigests {
         }
         Some(hex(&sha1.finalize()))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 #[cfg(test)]
