@@ -45,16 +45,6 @@ async fn generation(ns: &TestNamespace, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("Deployment {name} has no generation"))
 }
 
-/// The value of one metric series (0 when absent).
-async fn metric(c: &Controller, series: &str) -> f64 {
-    c.metrics()
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Waits until `/debug/explain` says which keys of `shared` count for Deployment `name`
 /// (`None`: the whole config): the controller has seen the workload as it is now.
 async fn wait_for_counted(c: &Controller, ns: &str, name: &str, keys: Option<Vec<&str>>) {
@@ -88,7 +78,7 @@ async fn wait_for_skips(c: &Controller, n: f64) {
         &format!("{n} keys_unchanged skips"),
         Duration::from_secs(20),
         || async {
-            let seen = metric(c, KEYS_UNCHANGED).await;
+            let seen = c.metric(KEYS_UNCHANGED).await.unwrap_or(0.0);
             match seen >= n {
                 true => Ok(()),
                 false => Err(format!("{seen}")),
@@ -171,7 +161,7 @@ async fn each_workload_rolls_only_when_a_key_it_reads_changes() {
     for (name, expected) in rollouts {
         assert_eq!(generation(&ns, name).await, expected, "{name}");
     }
-    assert_eq!(metric(&controller, KEYS_UNCHANGED).await, 6.0);
+    assert_eq!(controller.metric(KEYS_UNCHANGED).await.unwrap_or(0.0), 6.0);
 }
 
 /// The Deployment's pod template: what a rollout changes (its generation also moves with
@@ -300,19 +290,24 @@ async fn a_flapping_secret_rolls_its_workload_limit_times_then_once_when_quiet()
         "{events:?}"
     );
     assert_eq!(
-        metric(&controller, "kube_reloader_churn_breaker_trips_total").await,
+        controller
+            .metric("kube_reloader_churn_breaker_trips_total")
+            .await
+            .unwrap_or(0.0),
         1.0
     );
     assert_eq!(
-        metric(&controller, "kube_reloader_churn_breakers_open").await,
+        controller
+            .metric("kube_reloader_churn_breakers_open")
+            .await
+            .unwrap_or(0.0),
         0.0
     );
     assert_eq!(
-        metric(
-            &controller,
-            "kube_reloader_churn_breaker_held_changes_total"
-        )
-        .await,
+        controller
+            .metric("kube_reloader_churn_breaker_held_changes_total")
+            .await
+            .unwrap_or(0.0),
         6.0
     );
 }

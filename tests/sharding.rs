@@ -206,15 +206,10 @@ impl Drop for Fleet {
     }
 }
 
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-}
-
 async fn owned(c: &Controller) -> usize {
-    metric(&c.metrics().await, "kube_reloader_owned_namespaces").unwrap_or(-1.0) as usize
+    c.metric("kube_reloader_owned_namespaces")
+        .await
+        .unwrap_or(-1.0) as usize
 }
 
 /// Waits until the replicas' owned counts add up to `total` with no handover in progress.
@@ -964,11 +959,10 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
         proxy.failed() > 0,
         "the proxy failed no LIST: the handover did not list ConfigMaps through it"
     );
-    let retried = metric(
-        &r1.metrics().await,
-        "kube_reloader_backfill_list_failures_total{resource=\"configmap\"}",
-    )
-    .unwrap_or(0.0);
+    let retried = r1
+        .metric("kube_reloader_backfill_list_failures_total{resource=\"configmap\"}")
+        .await
+        .unwrap_or(0.0);
     assert!(retried >= 1.0, "no retried backfill list counted");
 
     rollouts.change_everywhere_and_wait(&fleet, "1").await;

@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use common::objects::*;
-use common::{Controller, TestNamespace, wait_for};
+use common::{Controller, TestNamespace, metric_in, wait_for};
 
 const VAR: &str = "STAKATER_SHARED_CONFIGMAP";
 
@@ -251,7 +251,8 @@ async fn writes_failing_in_one_namespace_do_not_stop_the_others_and_land_once_fi
         "the webhook let writes through"
     );
     let metrics = controller.metrics().await;
-    let in_backoff = metric_value(&metrics, "kube_reloader_queue_writes_in_backoff");
+    let in_backoff =
+        metric_in(&metrics, "kube_reloader_queue_writes_in_backoff").expect("exported");
     assert!(in_backoff > 0.0, "no write in backoff:\n{metrics}");
 
     webhooks
@@ -282,14 +283,16 @@ async fn writes_failing_in_one_namespace_do_not_stop_the_others_and_land_once_fi
     assert_eq!(after, generations, "written again after the reload");
     let metrics = controller.metrics().await;
     assert_eq!(
-        metric_value(&metrics, "kube_reloader_queue_writes_in_backoff"),
+        metric_in(&metrics, "kube_reloader_queue_writes_in_backoff").expect("exported"),
         0.0
     );
     assert!(
-        metric_value(
+        metric_in(
             &metrics,
             "reloader_reload_executed_total{success=\"false\"}"
-        ) > 0.0,
+        )
+        .expect("exported")
+            > 0.0,
         "the failing writes were not counted:\n{metrics}"
     );
 }
@@ -312,14 +315,6 @@ impl Drop for WebhookGuard {
         })
         .join();
     }
-}
-
-fn metric_value(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"))
 }
 
 /// `--tenant-label`: namespaces sharing the label's value share one turn. Tenant `big` has eight

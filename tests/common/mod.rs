@@ -254,6 +254,11 @@ impl Controller {
         http_get(&url).await.expect("scraping /metrics").1
     }
 
+    /// The value of one series of `/metrics` (`None`: not exported yet).
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        metric_in(&self.metrics().await, series)
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
@@ -306,6 +311,13 @@ impl Drop for Controller {
 }
 
 /// Minimal HTTP/1.0 GET on loopback (status code, body), to keep test dependencies small.
+/// The value of `series` (name and labels, as exported) in a Prometheus text exposition.
+pub fn metric_in(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").expect("http url");
