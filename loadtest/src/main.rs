@@ -179,7 +179,7 @@ struct Args {
     churn_limit: Option<u32>,
 
     /// chaos: how long changes and faults go on (20m, 90s; default 20m).
-    #[arg(long, value_parser = chaos::parse_duration)]
+    #[arg(long, value_parser = seconds)]
     duration: Option<f64>,
 
     /// chaos: the replicas run with --enable-ha (one leader acts) instead of --sharding (result
@@ -459,15 +459,24 @@ mod tests {
     }
 
     #[test]
-    fn flap_durations_read_like_the_controllers_flags() {
+    fn durations_read_like_the_controllers_flags() {
         assert_eq!(seconds("2s"), Ok(2.0));
         assert_eq!(seconds("2m"), Ok(120.0));
         assert_eq!(seconds("1m30s"), Ok(90.0));
         assert_eq!(seconds("500ms"), Ok(0.5));
         assert!(seconds("0s").is_err());
         assert!(seconds("two").is_err());
-        let a = args(&["--flap-period", "1s", "--flap-for", "1m"]);
+        assert!(seconds("45").is_err(), "a unit is required");
+        let a = args(&[
+            "--flap-period",
+            "1s",
+            "--flap-for",
+            "1m",
+            "--duration",
+            "20m",
+        ]);
         assert_eq!((a.flap_period, a.flap_for), (Some(1.0), Some(60.0)));
+        assert_eq!(a.duration, Some(1200.0));
     }
 
     #[test]

@@ -86,27 +86,6 @@ impl Settings {
     }
 }
 
-/// `20m`, `90s`, `1h` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<f64, String> {
-    let (num, unit) = match s.trim().find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => s.trim().split_at(i),
-        None => (s.trim(), "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration (20m, 90s)"))?;
-    let k = match unit {
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("'{s}': the unit is s, m or h")),
-    };
-    if n * k <= 0.0 {
-        return Err(format!("'{s}' is not a positive duration"));
-    }
-    Ok(n * k)
-}
-
 /// What the faults act on, shared by the concurrent fault tasks.
 struct Effects<'a, 'c> {
     ctx: &'a Ctx,
@@ -542,20 +521,4 @@ fn verdict(
     shown
         .chain(failures.iter().map(|f| format!("chaos fault failed: {f}")))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_a_person_writes_them() {
-        assert_eq!(parse_duration("20m"), Ok(1200.0));
-        assert_eq!(parse_duration("90s"), Ok(90.0));
-        assert_eq!(parse_duration("45"), Ok(45.0));
-        assert_eq!(parse_duration("1.5h"), Ok(5400.0));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("10d").is_err());
-        assert!(parse_duration("m").is_err());
-    }
 }
