@@ -1,7 +1,7 @@
 //! Which configs a pod template uses, and which container receives the reload env var
 //! (Reloader's container-choice rules). Pure functions over the typed pod spec.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, PodSpec, Volume};
 
 use crate::model::{ConfigKind, Counted};
 
@@ -259,7 +259,7 @@ pub fn mounting_containers<'a>(spec: &'a PodSpec, volume: &str) -> Vec<(&'a str,
 }
 
 /// Keys of one projected or plain volume source: `None` when it has no `items` (all keys).
-fn item_keys(items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>) -> Option<Vec<Box<str>>> {
+fn item_keys(items: Option<&Vec<KeyToPath>>) -> Option<Vec<Box<str>>> {
     let items = items.filter(|i| !i.is_empty())?;
     Some(items.iter().map(|i| Box::from(i.key.as_str())).collect())
 }
@@ -281,43 +281,52 @@ fn volume_keys(
         return None;
     }
     let mut keys = Vec::new();
-    let mut add =
-        |items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>| match item_keys(items) {
-            Some(k) => {
-                keys.extend(k);
-                true
-            }
-            None => false,
-        };
-    let all_listed = match kind {
+    for items in source_items(volume, kind, name) {
+        match item_keys(items) {
+            Some(listed) => keys.extend(listed),
+            None => return Some(None),
+        }
+    }
+    Some(Some(keys))
+}
+
+/// The `items` of each source of `volume` that projects the config: the volume's own source and
+/// its projected ones. A CSI volume has no items: it reads the whole config.
+fn source_items<'a>(
+    volume: &'a Volume,
+    kind: ConfigKind,
+    name: &str,
+) -> Vec<Option<&'a Vec<KeyToPath>>> {
+    let projected = volume
+        .projected
+        .iter()
+        .flat_map(|p| p.sources.iter().flatten());
+    match kind {
         ConfigKind::ConfigMap => {
-            let plain = volume.config_map.as_ref().filter(|c| c.name == name);
-            let projected = volume
-                .projected
-                .iter()
-                .flat_map(|p| p.sources.iter().flatten());
-            plain.into_iter().all(|c| add(c.items.as_ref()))
-                && projected
-                    .filter_map(|s| s.config_map.as_ref().filter(|c| c.name == name))
-                    .all(|c| add(c.items.as_ref()))
+            let own = volume.config_map.iter().filter(|c| c.name == name);
+            let projected = projected.filter_map(|s| s.config_map.as_ref());
+            own.map(|c| c.items.as_ref())
+                .chain(
+                    projected
+                        .filter(|c| c.name == name)
+                        .map(|c| c.items.as_ref()),
+                )
+                .collect()
         }
         ConfigKind::Secret => {
-            let plain = volume
-                .secret
-                .as_ref()
-                .filter(|s| s.secret_name.as_deref() == Some(name));
-            let projected = volume
-                .projected
-                .iter()
-                .flat_map(|p| p.sources.iter().flatten());
-            plain.into_iter().all(|s| add(s.items.as_ref()))
-                && projected
-                    .filter_map(|s| s.secret.as_ref().filter(|c| c.name == name))
-                    .all(|c| add(c.items.as_ref()))
+            let own = volume.secret.iter();
+            let own = own.filter(|s| s.secret_name.as_deref() == Some(name));
+            let projected = projected.filter_map(|s| s.secret.as_ref());
+            own.map(|s| s.items.as_ref())
+                .chain(
+                    projected
+                        .filter(|s| s.name == name)
+                        .map(|s| s.items.as_ref()),
+                )
+                .collect()
         }
-        ConfigKind::SecretProviderClass => false,
-    };
-    Some(all_listed.then_some(keys))
+        ConfigKind::SecretProviderClass => vec![None],
+    }
 }
 
 /// The keys of `env[].valueFrom` key refs to the config, and whether an `envFrom` reads it all.
