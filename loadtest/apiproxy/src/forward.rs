@@ -181,14 +181,20 @@ mod tests {
         (status, String::from_utf8(bytes.to_vec()).unwrap())
     }
 
-    #[tokio::test]
-    async fn a_request_goes_through_without_its_hop_by_hop_headers_and_its_body_through_the_hook() {
+    /// A proxy with a [`Recorder`] in front of the stub API server, which counts its hits.
+    async fn proxy_to_stub() -> (ApiProxy, Arc<Recorder>, Arc<AtomicU64>) {
         let hits = Arc::new(AtomicU64::new(0));
         let upstream = client_of(&stub_api_server(hits.clone()).await);
         let hooks = Arc::new(Recorder::default());
         let proxy = ApiProxy::start("test-proxy", upstream, hooks.clone())
             .await
             .unwrap();
+        (proxy, hooks, hits)
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_through_without_its_hop_by_hop_headers_and_its_body_through_the_hook() {
+        let (proxy, hooks, hits) = proxy_to_stub().await;
 
         let path = "/api/v1/namespaces/a/configmaps/c?resourceVersion=1";
         let (status, body) = send(&proxy, Method::GET, path).await;
@@ -204,12 +210,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_the_hook_answers_never_reaches_the_api_server() {
-        let hits = Arc::new(AtomicU64::new(0));
-        let upstream = client_of(&stub_api_server(hits.clone()).await);
-        let hooks = Arc::new(Recorder::default());
-        let proxy = ApiProxy::start("test-proxy", upstream, hooks.clone())
-            .await
-            .unwrap();
+        let (proxy, hooks, hits) = proxy_to_stub().await;
 
         let (status, _) = send(&proxy, Method::GET, "/api/v1/configmaps").await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
