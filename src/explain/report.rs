@@ -532,10 +532,19 @@ mod tests {
                 "volumes": [{"name": "v", "configMap": {"name": "cfg"}}]
             }}}
         });
+        entry_and_spec(&obj)
+    }
+
+    fn entry_and_spec(obj: &serde_json::Value) -> (WorkloadEntry, PodSpec) {
         let entry =
-            workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap();
+            workload_entry(WorkloadKind::Deployment, obj, &AnnotationKeys::default()).unwrap();
         let spec = serde_json::from_value(obj["spec"]["template"]["spec"].clone()).unwrap();
         (entry, spec)
+    }
+
+    /// Per-key digests of a config holding a=1, b=2.
+    fn digests_ab() -> crate::digest::KeyDigests {
+        crate::digest::KeyDigests::of([("a", b"1".as_slice()), ("b", b"2".as_slice())])
     }
 
     /// A workload reading key `a` of `cfg`, recording `recorded`; the config holds a=1, b=2.
@@ -547,11 +556,8 @@ mod tests {
                 {"name": "STAKATER_CFG_CONFIGMAP", "value": recorded}
             ]}]}}}
         });
-        let entry =
-            workload_entry(WorkloadKind::Deployment, &obj, &AnnotationKeys::default()).unwrap();
-        let spec: PodSpec =
-            serde_json::from_value(obj["spec"]["template"]["spec"].clone()).unwrap();
-        let keys = crate::digest::KeyDigests::of([("a", b"1".as_slice()), ("b", b"2".as_slice())]);
+        let (entry, spec) = entry_and_spec(&obj);
+        let keys = digests_ab();
         let mut ns = NamespaceFacts {
             selected: true,
             ..Default::default()
@@ -575,8 +581,7 @@ mod tests {
 
     #[test]
     fn a_key_precise_report_names_the_counted_keys_and_accepts_either_form() {
-        let keys = crate::digest::KeyDigests::of([("a", b"1".as_slice()), ("b", b"2".as_slice())]);
-        let precise = keys.precise_value(&["a".into()]).unwrap();
+        let precise = digests_ab().precise_value(&["a".into()]).unwrap();
         let on = precise_case("--precise-keys=all", &precise);
         assert_eq!(on.counted_keys, Some(vec!["a".to_string()]));
         assert_eq!(on.current_hash.as_deref(), Some(precise.as_str()));
