@@ -214,7 +214,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             return true;
         };
         // Only configs some workload uses count: an unused one rolls nothing anyway.
-        if self.index.candidates(event.key).is_empty() {
+        if !self.index.is_used(event.key) {
             return true;
         }
         let now = tokio::time::Instant::now();

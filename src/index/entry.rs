@@ -7,7 +7,7 @@ use crate::digest::{Digest, KeyDigests};
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey};
 use crate::policy::{NamePattern, ReloadPolicy};
 
-/// A config reduced to what decisions need. 64 bytes, plus 24 a key with `--precise-keys`;
+/// A config reduced to what decisions need. 80 bytes, plus 24 a key with `--precise-keys`;
 /// no payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigState {

@@ -259,6 +259,21 @@ impl ReverseIndex {
         keys.iter().filter_map(|k| self.workload(k)).collect()
     }
 
+    /// Whether a change of `config` may affect some workload ([`Self::candidates`] is not
+    /// empty), without collecting them.
+    pub fn is_used(&self, config: &ConfigKey) -> bool {
+        let indexed = |k: &WorkloadKey| self.workload(k).is_some();
+        let direct = self
+            .edges
+            .get(config)
+            .is_some_and(|e| e.iter().any(indexed));
+        direct
+            || self
+                .pattern_holders
+                .get(&config.namespace)
+                .is_some_and(|h| h.iter().any(indexed))
+    }
+
     /// Every workload entry (startup reconcile, namespace takeover).
     pub fn workloads_in(&self, namespace: Option<&str>) -> Vec<Arc<WorkloadEntry>> {
         self.workloads

@@ -98,6 +98,35 @@ fn regex_lists_are_candidates_for_every_config_of_their_namespace() {
 }
 
 #[test]
+fn a_config_is_used_exactly_when_it_has_candidates() {
+    let idx = ReverseIndex::new();
+    let agree = |idx: &ReverseIndex| {
+        for name in ["c1", "c2", "app-1"] {
+            let key = cm(name);
+            assert_eq!(
+                idx.is_used(&key),
+                !idx.candidates(&key).is_empty(),
+                "{name}"
+            );
+        }
+    };
+    agree(&idx);
+    assert!(!idx.is_used(&cm("c1")));
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    idx.apply_workload(entry(
+        "r",
+        &[],
+        &[("configmap.reloader.stakater.com/reload", "app-.*")],
+    ));
+    agree(&idx);
+    assert!(idx.is_used(&cm("c1")) && idx.is_used(&cm("app-1")));
+    idx.delete_workload(&WorkloadKey::new(WorkloadKind::Deployment, "ns", "a"));
+    idx.apply_workload(entry("r", &[], &[]));
+    agree(&idx);
+    assert!(!idx.is_used(&cm("c1")) && !idx.is_used(&cm("app-1")));
+}
+
+#[test]
 fn config_transitions() {
     let idx = ReverseIndex::new();
     assert_eq!(
@@ -265,4 +294,10 @@ fn unresolved_configs_are_those_used_but_never_indexed() {
     assert!(index.unresolved_configs(ConfigKind::Secret).is_empty());
     index.delete_workload(&WorkloadKey::new(WorkloadKind::Deployment, "ns", "web"));
     assert!(index.unresolved_configs(ConfigKind::ConfigMap).is_empty());
+}
+
+#[test]
+fn a_config_state_is_80_bytes_and_holds_no_payload() {
+    // The figure entry.rs documents; what a key adds is on the heap (24 bytes a key).
+    assert_eq!(std::mem::size_of::<ConfigState>(), 80);
 }
