@@ -10,6 +10,8 @@ pub struct Call {
     /// `configmaps`, `deployments/status`; `discovery` for an API group's index and
     /// `nonresource:<path>` outside the resource APIs (`/version`, `/healthz`).
     pub resource: String,
+    /// The namespace of a namespaced request (`/namespaces/<ns>/<resource>...`).
+    pub namespace: Option<String>,
     pub query: Option<String>,
 }
 
@@ -19,7 +21,20 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Call {
     Call {
         verb,
         resource,
+        namespace: namespace_of(path),
         query: query.map(str::to_string),
+    }
+}
+
+fn namespace_of(path: &str) -> Option<String> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match segs.as_slice() {
+        ["api", _, rest @ ..] | ["apis", _, _, rest @ ..] => rest,
+        _ => return None,
+    };
+    match rest {
+        ["namespaces", ns, more @ ..] if !more.is_empty() => Some(ns.to_string()),
+        _ => None,
     }
 }
 
@@ -127,6 +142,23 @@ mod tests {
         );
         assert_eq!(c(Method::GET, "/version", None).1, "nonresource:/version");
         assert_eq!(c(Method::GET, "/apis/apps/v1", None).1, "discovery");
+    }
+
+    #[test]
+    fn a_namespaced_request_names_its_namespace() {
+        let ns = |p: &str| classify(&Method::PATCH, p, None).namespace;
+        assert_eq!(
+            ns("/apis/apps/v1/namespaces/a/deployments/w").as_deref(),
+            Some("a")
+        );
+        assert_eq!(ns("/api/v1/namespaces/a/configmaps").as_deref(), Some("a"));
+        assert_eq!(
+            ns("/api/v1/namespaces/a"),
+            None,
+            "the namespace object itself"
+        );
+        assert_eq!(ns("/api/v1/configmaps"), None);
+        assert_eq!(ns("/version"), None);
     }
 
     #[test]

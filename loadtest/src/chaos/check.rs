@@ -184,38 +184,7 @@ pub fn counts(violations: &[Violation]) -> [usize; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::objects::{ConfigRef, Kind};
-
-    fn config(name: &str) -> ConfigRef {
-        ConfigRef {
-            namespace: "ns".into(),
-            kind: Kind::ConfigMap,
-            name: name.into(),
-        }
-    }
-
-    fn change(id: usize, cfg: &str, expected: &[&str], t: f64) -> Change {
-        Change {
-            id,
-            config: config(cfg),
-            hash: format!("h{id}"),
-            expected: expected.iter().map(|s| s.to_string()).collect(),
-            t_sent: t,
-            t_ack: Some(t + 0.1),
-            error: None,
-            tag: "chaos".into(),
-        }
-    }
-
-    fn seen(workload: &str, change: usize, t: f64) -> Observation {
-        Observation {
-            workload: workload.into(),
-            source: "STAKATER_CM_CONFIGMAP".into(),
-            hash: format!("h{change}"),
-            t,
-            generation: 0,
-        }
-    }
+    use crate::chaos::fixtures::{change, seen};
 
     /// Two configs, three changes, two workloads on `a`, one on `b`: every change reached
     /// every user once, in order.

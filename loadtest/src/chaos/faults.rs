@@ -45,6 +45,8 @@ pub struct Injected {
 struct State {
     armed: Mutex<(Armed, Rng)>,
     injected: Mutex<Injected>,
+    /// When this replica tried to write a workload, and in which namespace: what it acted on.
+    workload_writes: Mutex<Vec<(Instant, String)>>,
     /// Bumped to end every open watch.
     cuts: tokio::sync::watch::Sender<u64>,
 }
@@ -63,6 +65,7 @@ impl FaultProxy {
         let state = Arc::new(State {
             armed: Mutex::new((Armed::default(), Rng::new(seed))),
             injected: Mutex::default(),
+            workload_writes: Mutex::default(),
             cuts: tokio::sync::watch::Sender::new(0),
         });
         let proxy = ApiProxy::start("chaos-proxy", upstream, state.clone())
@@ -106,6 +109,11 @@ impl FaultProxy {
     pub fn injected(&self) -> Injected {
         self.state.injected.lock().unwrap().clone()
     }
+
+    /// Every workload write this replica tried (refused ones included), with its namespace.
+    pub fn workload_writes(&self) -> Vec<(Instant, String)> {
+        self.state.workload_writes.lock().unwrap().clone()
+    }
 }
 
 impl Drop for FaultProxy {
@@ -129,6 +137,17 @@ enum Verdict {
 fn is_write(call: &Call) -> bool {
     matches!(call.verb.as_str(), "create" | "update" | "patch")
 }
+
+/// The resources a reload writes (Leases and Events are the replica's own bookkeeping).
+const WORKLOADS: [&str; 7] = [
+    "deployments",
+    "statefulsets",
+    "daemonsets",
+    "cronjobs",
+    "jobs",
+    "rollouts",
+    "deploymentconfigs",
+];
 
 /// A watch from a resource version the client had (not a fresh one after a list from "0").
 fn is_resume(call: &Call) -> bool {
@@ -181,6 +200,13 @@ fn status(code: u16, reason: &str, message: &str) -> Response {
 
 impl Hooks for State {
     fn request(&self, call: &Call) -> Option<Response> {
+        if is_write(call)
+            && WORKLOADS.contains(&call.resource.as_str())
+            && let Some(ns) = &call.namespace
+        {
+            let mut writes = self.workload_writes.lock().unwrap();
+            writes.push((Instant::now(), ns.clone()));
+        }
         let verdict = {
             let (armed, rng) = &mut *self.armed.lock().unwrap();
             decide(armed, rng, call, Instant::now())
@@ -281,6 +307,7 @@ mod tests {
         Call {
             verb: verb.into(),
             resource: resource.into(),
+            namespace: Some("ns".into()),
             query: query.map(str::to_string),
         }
     }

@@ -7,7 +7,10 @@
 
 pub mod check;
 pub mod faults;
+#[cfg(test)]
+mod fixtures;
 mod fleet;
+pub mod impact;
 mod plane;
 pub mod schedule;
 
@@ -27,6 +30,7 @@ use crate::run::RunEnv;
 use crate::scenario::{Rng, Scale};
 use crate::{Args, log};
 use check::FaultRecord;
+use faults::FaultProxy;
 use fleet::Fleet;
 use plane::Plane;
 use schedule::{Fault, Params, Scheduled};
@@ -164,6 +168,7 @@ pub async fn drive(
         records, failures, ..
     } = fx;
     let injected: Vec<_> = proxies.iter().map(|p| p.injected()).collect();
+    let writes = replica_writes(&proxies, ctx.epoch);
     ctl.fault_proxies = proxies;
     let timeout = Duration::from_secs_f64(env.plan.wait_base_s + 60.0);
     let completed = ctx.wait_reloads(timeout).await;
@@ -179,9 +184,24 @@ pub async fn drive(
         &records,
         &failures,
         injected,
+        &writes,
         notes,
     );
     Ok((completed, problems))
+}
+
+/// Each replica's workload writes, on the run clock.
+fn replica_writes(proxies: &[FaultProxy], epoch: std::time::Instant) -> Vec<Vec<(f64, String)>> {
+    let at = |t: std::time::Instant| t.saturating_duration_since(epoch).as_secs_f64();
+    proxies
+        .iter()
+        .map(|p| {
+            p.workload_writes()
+                .into_iter()
+                .map(|(t, ns)| (at(t), ns))
+                .collect()
+        })
+        .collect()
 }
 
 fn params(s: &Settings, namespaces: usize) -> Params {
@@ -473,6 +493,7 @@ fn verdict(
     records: &[FaultRecord],
     failures: &[String],
     injected: Vec<faults::Injected>,
+    writes: &impact::ReplicaWrites,
     notes: &mut Map<String, Value>,
 ) -> Vec<String> {
     let st = ctx.state.lock().unwrap();
@@ -494,6 +515,11 @@ fn verdict(
             v.property, v.what, v.faults
         ));
     }
+    let (changes, seen) = (&st.changes, &st.observations);
+    let impact_by_kind = impact::by_kind(records, changes, seen, writes, s.recovery_s);
+    for (kind, k) in &impact_by_kind {
+        log(&format!("  {kind}: {k:?}"));
+    }
     notes.insert(
         "chaos".into(),
         json!({
@@ -508,6 +534,8 @@ fn verdict(
             "stale": stale,
             "violations": violations.iter().take(50).collect::<Vec<_>>(),
             "fault_log": records,
+            "impact_by_kind": impact_by_kind,
+            "impact": impact::impacts(records, changes, seen, writes, s.recovery_s),
         }),
     );
     let shown = violations.iter().take(10).map(|v| {

@@ -1,0 +1,216 @@
+//! What each fault did beyond its target: the reload latency, while it was in effect, of the
+//! namespaces it did not touch, and for a replica taken away (kill, stop, skew), how long its
+//! namespaces waited for another replica to write there (the takeover).
+//!
+//! Which namespaces a fault touched is read from the writes each replica's fault proxy saw
+//! (a replica acts on the namespaces it writes workloads in), so this needs nothing of the
+//! controller's own ownership function: a replica fault touches what its target wrote in around
+//! the fault, a webhook its namespace; API server restarts, compactions and scaling touch every
+//! namespace and have no untouched figure.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::check::FaultRecord;
+use crate::ledger::{Change, Observation};
+
+/// How far back a taken-away replica's writes name the namespaces it owned.
+const OWNED_LOOKBACK_S: f64 = 30.0;
+
+/// Workload writes each replica tried: `(run clock, namespace)`, one list per replica index.
+pub type ReplicaWrites = [Vec<(f64, String)>];
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FaultImpact {
+    pub kind: String,
+    pub target: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Reloads of changes made during the fault in namespaces it did not touch (`None`: it
+    /// touched every namespace).
+    pub untouched_reloads: Option<usize>,
+    pub untouched_p50_ms: Option<f64>,
+    pub untouched_p99_ms: Option<f64>,
+    /// kill, stop, skew: seconds from the start to the first write of another replica in a
+    /// namespace the target had written in just before.
+    pub takeover_s: Option<f64>,
+}
+
+/// The same, pooled by fault kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindImpact {
+    pub faults: usize,
+    pub untouched_reloads: usize,
+    pub untouched_p50_ms: Option<f64>,
+    pub untouched_p99_ms: Option<f64>,
+    pub takeover_max_s: Option<f64>,
+}
+
+/// Each fault's impact, in the order of the log.
+pub fn impacts(
+    log: &[FaultRecord],
+    changes: &[Change],
+    observations: &[Observation],
+    writes: &ReplicaWrites,
+    margin_s: f64,
+) -> Vec<FaultImpact> {
+    let reloads = reload_latencies(changes, observations);
+    log.iter()
+        .map(|f| {
+            let during = untouched_latencies(f, &reloads, writes, margin_s);
+            FaultImpact {
+                kind: f.kind.clone(),
+                target: f.target.clone(),
+                start_s: f.start_s,
+                end_s: f.end_s,
+                untouched_reloads: during.as_ref().map(Vec::len),
+                untouched_p50_ms: during.as_ref().and_then(|d| percentile(d, 50.0)),
+                untouched_p99_ms: during.as_ref().and_then(|d| percentile(d, 99.0)),
+                takeover_s: takeover(f, writes),
+            }
+        })
+        .collect()
+}
+
+/// Pools `impacts` by kind (the latencies are recomputed over the pooled reloads).
+pub fn by_kind(
+    log: &[FaultRecord],
+    changes: &[Change],
+    observations: &[Observation],
+    writes: &ReplicaWrites,
+    margin_s: f64,
+) -> BTreeMap<String, KindImpact> {
+    let reloads = reload_latencies(changes, observations);
+    let mut pooled: BTreeMap<String, (usize, Vec<f64>, Option<f64>)> = BTreeMap::new();
+    for f in log {
+        let entry = pooled.entry(f.kind.clone()).or_default();
+        entry.0 += 1;
+        if let Some(latencies) = untouched_latencies(f, &reloads, writes, margin_s) {
+            entry.1.extend(latencies);
+        }
+        if let Some(s) = takeover(f, writes) {
+            entry.2 = Some(entry.2.map_or(s, |m: f64| m.max(s)));
+        }
+    }
+    pooled
+        .into_iter()
+        .map(|(kind, (faults, lat, takeover_max_s))| {
+            let impact = KindImpact {
+                faults,
+                untouched_reloads: lat.len(),
+                untouched_p50_ms: percentile(&lat, 50.0),
+                untouched_p99_ms: percentile(&lat, 99.0),
+                takeover_max_s,
+            };
+            (kind, impact)
+        })
+        .collect()
+}
+
+/// A change reaching one workload, seen directly (not folded into a later change).
+struct Reload<'a> {
+    namespace: &'a str,
+    t_sent: f64,
+    latency_ms: f64,
+}
+
+fn reload_latencies<'a>(changes: &'a [Change], observations: &[Observation]) -> Vec<Reload<'a>> {
+    let mut first: HashMap<(&str, &str), f64> = HashMap::new();
+    for o in observations {
+        let t = first
+            .entry((o.workload.as_str(), o.hash.as_str()))
+            .or_insert(o.t);
+        *t = t.min(o.t);
+    }
+    let mut out = Vec::new();
+    for c in changes.iter().filter(|c| c.error.is_none()) {
+        let ack = c.t_ack.unwrap_or(c.t_sent);
+        for w in &c.expected {
+            if let Some(&t) = first.get(&(w.as_str(), c.hash.as_str()))
+                && t >= c.t_sent
+            {
+                let namespace = w.split_once('/').map_or(w.as_str(), |(ns, _)| ns);
+                let latency_ms = (t - ack).max(0.0) * 1000.0;
+                out.push(Reload {
+                    namespace,
+                    t_sent: c.t_sent,
+                    latency_ms,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Latencies of the reloads of changes made during `f` in namespaces it did not touch (`None`:
+/// it touched them all).
+fn untouched_latencies(
+    f: &FaultRecord,
+    reloads: &[Reload<'_>],
+    writes: &ReplicaWrites,
+    margin_s: f64,
+) -> Option<Vec<f64>> {
+    let touched = touched(f, writes, margin_s)?;
+    let during = reloads
+        .iter()
+        .filter(|r| r.t_sent >= f.start_s && r.t_sent <= f.end_s)
+        .filter(|r| !touched.contains(r.namespace));
+    Some(during.map(|r| r.latency_ms).collect())
+}
+
+/// The replica index of a target named `r<i>`.
+fn replica(target: &str) -> Option<usize> {
+    target.strip_prefix('r')?.parse().ok()
+}
+
+/// The namespaces `f` touched; `None` when it touched all of them.
+fn touched(f: &FaultRecord, writes: &ReplicaWrites, margin_s: f64) -> Option<HashSet<String>> {
+    if f.kind == "webhook" {
+        return Some(HashSet::from([f.target.clone()]));
+    }
+    let i = replica(&f.target)?;
+    let (from, to) = (f.start_s - margin_s, f.end_s + margin_s);
+    let own = writes.get(i).map(Vec::as_slice).unwrap_or_default();
+    Some(
+        own.iter()
+            .filter(|(t, _)| *t >= from && *t <= to)
+            .map(|(_, ns)| ns.clone())
+            .collect(),
+    )
+}
+
+fn takeover(f: &FaultRecord, writes: &ReplicaWrites) -> Option<f64> {
+    if !matches!(f.kind.as_str(), "kill" | "stop" | "skew") {
+        return None;
+    }
+    let i = replica(&f.target)?;
+    let owned: HashSet<&str> = writes
+        .get(i)?
+        .iter()
+        .filter(|(t, _)| *t >= f.start_s - OWNED_LOOKBACK_S && *t < f.start_s)
+        .map(|(_, ns)| ns.as_str())
+        .collect();
+    writes
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .flat_map(|(_, w)| w.iter())
+        .filter(|(t, ns)| *t >= f.start_s && owned.contains(ns.as_str()))
+        .map(|(t, _)| t - f.start_s)
+        .min_by(f64::total_cmp)
+}
+
+/// Nearest-rank percentile of unsorted values.
+fn percentile(values: &[f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+use super::*;
+use crate::chaos::fixtures::{change, seen};
+
+fn fault(kind: &str, target: &str, start_s: f64, end_s: f64) -> FaultRecord {
+    FaultRecord {
+        kind: kind.into(),
+        target: target.into(),
+        start_s,
+        end_s,
+        detail: String::new(),
+    }
+}
+
+/// r0 writes in namespace `a`, r1 in `b`; r1 takes `a` over at 14.5 s.
+fn writes() -> Vec<Vec<(f64, String)>> {
+    vec![
+        vec![(5.0, "a".into()), (9.0, "a".into())],
+        vec![(6.0, "b".into()), (14.5, "a".into()), (15.0, "b".into())],
+    ]
+}
+
+/// Changes at 10-12 s: one in `a` (reached after 4 s), two in `b` (0.1 s and 0.9 s after
+/// their acks), and one in `b` folded into a later change (not a direct reload).
+fn history() -> (Vec<Change>, Vec<Observation>) {
+    let changes = vec![
+        change(0, "x", &["a/w"], 10.0),
+        change(1, "y", &["b/w"], 11.0),
+        change(2, "z", &["b/v"], 12.0),
+        change(3, "z", &["b/v"], 12.5),
+    ];
+    let observations = vec![
+        seen("a/w", 0, 14.1),
+        seen("b/w", 1, 11.2),
+        seen("b/v", 3, 13.5),
+    ];
+    (changes, observations)
+}
+
+#[test]
+fn a_replica_fault_reports_the_latency_of_the_namespaces_its_target_did_not_write_in() {
+    let (changes, observations) = history();
+    let log = [fault("kill", "r0", 10.0, 13.0)];
+    let [kill] = impacts(&log, &changes, &observations, &writes(), 2.0)
+        .try_into()
+        .unwrap();
+    // `a` is r0's (it wrote there at 9 s); `b`'s reloads of changes made during the kill count.
+    assert_eq!(kill.untouched_reloads, Some(2));
+    assert_eq!(kill.untouched_p50_ms.map(f64::round), Some(100.0));
+    assert_eq!(kill.untouched_p99_ms.map(f64::round), Some(900.0));
+    // r1's first write in `a` after the kill started.
+    assert_eq!(kill.takeover_s, Some(4.5));
+}
+
+#[test]
+fn a_webhook_touches_its_namespace_and_control_plane_faults_touch_every_one() {
+    let (changes, observations) = history();
+    let log = [
+        fault("webhook", "a", 9.0, 13.0),
+        fault("api-restart", "control-plane", 9.0, 13.0),
+    ];
+    let [webhook, restart] = impacts(&log, &changes, &observations, &writes(), 2.0)
+        .try_into()
+        .unwrap();
+    assert_eq!(webhook.untouched_reloads, Some(2));
+    assert_eq!(webhook.takeover_s, None, "no replica was taken away");
+    assert_eq!(restart.untouched_reloads, None);
+    assert_eq!(restart.untouched_p99_ms, None);
+}
+
+#[test]
+fn kinds_pool_their_faults() {
+    let (changes, observations) = history();
+    let log = [
+        fault("latency", "r0", 10.5, 11.5),
+        fault("latency", "r0", 11.5, 12.5),
+        fault("kill", "r0", 10.0, 13.0),
+    ];
+    let pooled = by_kind(&log, &changes, &observations, &writes(), 0.5);
+    assert_eq!(pooled["latency"].faults, 2);
+    // r0 wrote nothing within 0.5 s of either window: every reload during them counts.
+    assert_eq!(pooled["latency"].untouched_reloads, 2);
+    assert_eq!(pooled["latency"].takeover_max_s, None);
+    assert_eq!(pooled["kill"].takeover_max_s, Some(4.5));
+}
+
+#[test]
+fn nearest_rank_percentiles() {
+    let v: Vec<f64> = (1..=100).map(f64::from).collect();
+    assert_eq!(percentile(&v, 50.0), Some(50.0));
+    assert_eq!(percentile(&v, 99.0), Some(99.0));
+    assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+    assert_eq!(percentile(&[], 50.0), None);
+}
