@@ -13,13 +13,13 @@ use serde_json::Value;
 
 use crate::config::PreciseKeys;
 use crate::config::{AnnotationKeys, Settings};
+use crate::digest::ConfigSource;
 use crate::digest::{ConfigPayload, KeyDigests, digest_payload, key_digests};
 use crate::index::{WorkloadEntry, workload_entry};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::policy::{PolicyReading, ReloadPolicy, config_flag};
 use crate::reloader_format::template::{LastReloadedFrom, recorded_hash};
 use crate::resources::api_resource;
-use crate::watch::ConfigSource;
 
 use super::report::{ConfigSeen, NamespaceFacts};
 use super::{EventLine, LastReload};

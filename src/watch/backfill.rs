@@ -20,9 +20,9 @@ use crate::engine::Phase;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::resources::{api_resource, spc_pod_status_resource};
 
-use super::configs::ConfigSource;
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
 use super::{ShardLink, WatchContext, WatchError};
+use crate::digest::ConfigSource;
 
 impl WatchContext {
     /// Indexes namespaces this replica gains and forgets those it loses, then reports the

@@ -10,12 +10,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::config::PreciseKeys;
-use crate::digest::{ConfigPayload, DigestPoolClosed};
+use crate::digest::{ConfigPayload, ConfigSource, DigestPoolClosed};
 use crate::engine::Phase;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
@@ -26,46 +25,6 @@ use super::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
     watch_error, watch_streams,
 };
-
-/// A watched config object, split into identity, annotations and payload.
-pub trait ConfigSource:
-    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static
-{
-    const KIND: ConfigKind;
-    fn into_payload(self) -> ConfigPayload;
-}
-
-impl ConfigSource for ConfigMap {
-    const KIND: ConfigKind = ConfigKind::ConfigMap;
-    fn into_payload(self) -> ConfigPayload {
-        ConfigPayload::ConfigMap {
-            data: self.data.unwrap_or_default(),
-            binary_data: self
-                .binary_data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect(),
-        }
-    }
-}
-
-impl ConfigSource for Secret {
-    const KIND: ConfigKind = ConfigKind::Secret;
-    fn into_payload(self) -> ConfigPayload {
-        let mut data: BTreeMap<String, Vec<u8>> = self
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        // stringData is write-only, but a client may still send it back: it wins, as on write.
-        for (k, v) in self.string_data.unwrap_or_default() {
-            data.insert(k, v.into_bytes());
-        }
-        ConfigPayload::Secret { data }
-    }
-}
 
 pub(super) fn spawn_all(
     ctx: &Arc<WatchContext>,

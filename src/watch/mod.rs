@@ -33,7 +33,6 @@ use crate::engine::Intake;
 use crate::index::ReverseIndex;
 use crate::shard::Ownership;
 
-pub use configs::ConfigSource;
 pub use ignored_secrets::IgnoredSecretTypes;
 
 /// Why the watches stopped. Each watch retries failures with backoff and runs forever, so any

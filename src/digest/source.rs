@@ -1,0 +1,52 @@
+//! How a config object becomes the payload that is hashed: the data of a ConfigMap or a
+//! Secret, nothing of its metadata.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+
+use crate::model::ConfigKind;
+
+use super::ConfigPayload;
+
+/// A watched config object, split into identity, annotations and payload.
+pub trait ConfigSource:
+    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static
+{
+    const KIND: ConfigKind;
+    fn into_payload(self) -> ConfigPayload;
+}
+
+impl ConfigSource for ConfigMap {
+    const KIND: ConfigKind = ConfigKind::ConfigMap;
+    fn into_payload(self) -> ConfigPayload {
+        ConfigPayload::ConfigMap {
+            data: self.data.unwrap_or_default(),
+            binary_data: self
+                .binary_data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+        }
+    }
+}
+
+impl ConfigSource for Secret {
+    const KIND: ConfigKind = ConfigKind::Secret;
+    fn into_payload(self) -> ConfigPayload {
+        let mut data: BTreeMap<String, Vec<u8>> = self
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        // stringData is write-only, but a client may still send it back: it wins, as on write.
+        for (k, v) in self.string_data.unwrap_or_default() {
+            data.insert(k, v.into_bytes());
+        }
+        ConfigPayload::Secret { data }
+    }
+}
