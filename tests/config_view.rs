@@ -137,6 +137,29 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
         Some(h2.clone())
     );
 
+    // A newer version that changed only metadata: past the wait, the content the index holds is
+    // the server's, and its hash is written (the watch event of that version queues nothing).
+    merge_patch(
+        c,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "cfg",
+        json!({"metadata": {"annotations": {"team": "a"}}}),
+    )
+    .await;
+    assert_waits(
+        views.ensure_current(&[change(&h2)]).await,
+        "the server has a newer version (metadata only)",
+    );
+    tokio::time::sleep(max_wait + Duration::from_millis(100)).await;
+    let written = views.ensure_current(&[change(&h2)]).await;
+    assert_eq!(
+        hash_of(written.expect("past the wait")),
+        Some(h2.clone()),
+        "same content as the server's: written"
+    );
+
     api_for(c, &ns.name, "v1", "ConfigMap")
         .delete("cfg", &DeleteParams::default())
         .await

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use tracing::warn;
 
+use crate::digest::{ConfigPayload, ConfigSource, digest_payload};
 use crate::index::{ConfigState, ReverseIndex};
 use crate::model::{ConfigKey, ConfigKind};
 
@@ -29,9 +30,10 @@ use super::queue::{QueuedChange, WriteError};
 use crate::reloader_format::template::TemplateChange;
 
 /// How long a write waits for this replica's view of a config to catch up with the API server.
-/// Past it, the change is not written for that config: what the index holds is older than what
-/// the server has, and writing it could roll a workload back over a newer value another replica
-/// wrote (`chaos-medium-3r-c0e4b52`: a replica's start-up catch-up, its watch lagging, wrote
+/// Past it, the change is written only if the server's content is the indexed one (a newer
+/// version that changed only metadata); else not for that config: what the index holds is older
+/// than what the server has, and writing it could roll a workload back over a newer value
+/// another replica wrote (`chaos-medium-3r-c0e4b52`: a replica's start-up catch-up, its watch lagging, wrote
 /// ten-minute-old hashes after this wait). Nothing is lost: when the watch delivers the newer
 /// state, it queues its own reload; a config that never catches up (it left the label
 /// selector) is no longer one this replica reloads for. Timed from the first time the view was
@@ -40,7 +42,7 @@ use crate::reloader_format::template::TemplateChange;
 const MAX_VIEW_WAIT: Duration = Duration::from_secs(20);
 
 /// How an indexed config compares with the server's object.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewLag {
     Current,
     /// The server has a newer version (or the index has not seen the object yet).
@@ -134,7 +136,7 @@ impl ConfigViews {
                 )));
             }
             self.behind_since.remove(config);
-            if lag != ViewLag::Current {
+            if lag != ViewLag::Current && !self.same_content(config, lag, indexed.as_ref()).await? {
                 warn!(config = %config, ?lag, max_wait = ?self.max_wait, "config view still behind; not writing its older hash (the watch brings the newer state, which queues its own reload)");
                 continue;
             }
@@ -146,6 +148,43 @@ impl ConfigViews {
             }
         }
         Ok(out)
+    }
+
+    /// Past the wait: whether the server's content of `config` is the one the index holds. A
+    /// newer resourceVersion may change only metadata (a label, an annotation); its watch event
+    /// then queues nothing, so the write of the indexed hash must go ahead. The object is read
+    /// whole (this is rare) and hashed off the async runtime; its data is dropped at once.
+    async fn same_content(
+        &self,
+        config: &ConfigKey,
+        lag: ViewLag,
+        indexed: Option<&ConfigState>,
+    ) -> Result<bool, WriteError> {
+        let (ViewLag::Behind, Some(indexed)) = (lag, indexed) else {
+            return Ok(false);
+        };
+        let payload = match config.kind {
+            ConfigKind::ConfigMap => self.payload_of::<ConfigMap>(config).await?,
+            ConfigKind::Secret => self.payload_of::<Secret>(config).await?,
+            ConfigKind::SecretProviderClass => None,
+        };
+        let Some(payload) = payload else {
+            return Ok(false);
+        };
+        let digest = tokio::task::spawn_blocking(move || digest_payload(payload))
+            .await
+            .map_err(|e| WriteError::Transient(format!("hashing {config}: {e}")))?;
+        Ok(digest.blake3 == indexed.digest.blake3)
+    }
+
+    async fn payload_of<K>(&self, config: &ConfigKey) -> Result<Option<ConfigPayload>, WriteError>
+    where
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        let api = Api::<K>::namespaced(self.client.clone(), &config.namespace);
+        let object = api.get_opt(&config.name).await.map_err(classify)?;
+        Ok(object.map(ConfigSource::into_payload))
     }
 
     /// Starts the clock for `config` on the first call; true once it ran the maximum wait.
