@@ -103,24 +103,27 @@ loadtest:
 	$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario $(SCENARIO) --scale $(SCALE) $(LOADTEST_ARGS)
 
 ## Chaos campaign (loadtest/README.md, "chaos"): 3 sharded replicas at the medium scale for 20
-## minutes under the fault schedule of CHAOS_SEED, kube-apiserver restarts and etcd compactions
+## minutes under the fault schedule of the seed, kube-apiserver restarts and etcd compactions
 ## included. Those need a control plane of the run's own: one is started (or reused) in
 ## CHAOS_CACHE from a copy of the toolchain, so the shared one of `make cluster` is never
 ## restarted. Not part of `make test` (CI's time budget). `make chaos-small`: 3 minutes at the
-## small scale. CHAOS_ARGS='--enable-ha' runs the HA variant.
+## small scale. CHAOS_ARGS='--enable-ha' runs the HA variant. SEED=26 (or SEEDS="25 26 27", one
+## run each, failing if any fails) and DURATION=5m choose the runs.
 CHAOS_CACHE ?= $(HOME)/.cache/kube-reloader-chaos
 CHAOS_SCALE ?= medium
-CHAOS_DURATION ?= 20m
-CHAOS_SEED ?= 25
+CHAOS_DURATION ?= $(or $(DURATION),20m)
+CHAOS_SEEDS ?= $(or $(SEEDS),$(SEED),$(CHAOS_SEED),25)
 chaos:
 	@cargo build --release --locked -p kube-reloader-loadtest >&2
 	@toolchain=$$(dirname "$$(bash hack/toolchain.sh)") && mkdir -p $(CHAOS_CACHE) && \
 		{ [ -d "$(CHAOS_CACHE)/$$(basename "$$toolchain")" ] || \
 		  cp -al "$$toolchain" $(CHAOS_CACHE)/ 2>/dev/null || cp -a "$$toolchain" $(CHAOS_CACHE)/; }
 	KUBE_RELOADER_CACHE=$(CHAOS_CACHE) bash hack/cluster.sh up >/dev/null
-	$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario chaos --scale $(CHAOS_SCALE) \
-		--duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --control-plane-faults \
-		--kubeconfig $(CHAOS_CACHE)/cluster/kubeconfig $(CHAOS_ARGS)
+	@failed=""; for seed in $(CHAOS_SEEDS); do \
+		$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario chaos --scale $(CHAOS_SCALE) \
+			--duration $(CHAOS_DURATION) --seed $$seed --control-plane-faults \
+			--kubeconfig $(CHAOS_CACHE)/cluster/kubeconfig $(CHAOS_ARGS) || failed="$$failed $$seed"; \
+	done; [ -z "$$failed" ] || { echo "chaos: failed seeds:$$failed" >&2; exit 1; }
 
 chaos-small:
 	@$(MAKE) --no-print-directory chaos CHAOS_SCALE=small CHAOS_DURATION=3m

@@ -447,6 +447,15 @@ mod tests {
             result_name(&reloader, Scenario::Poisoned, Some("1a2b3c4")),
             "poisoned-small-tenants-reloader_v1.4.1_x"
         );
+        let chaos = |extra: &[&str]| {
+            let a = args(&[&["--scale", "medium"], extra].concat());
+            result_name(&a, Scenario::Chaos, Some("1a2b3c4"))
+        };
+        assert_eq!(chaos(&["--seed", "25"]), "chaos-medium-3r-1a2b3c4");
+        assert_eq!(
+            chaos(&["--seed", "26", "--enable-ha"]),
+            "chaos-medium-3r-ha-seed26-1a2b3c4"
+        );
         let unbroken = args(&["--churn-limit", "0"]);
         assert_eq!(
             result_name(&unbroken, Scenario::Flapping, Some("1a2b3c4")),

@@ -38,6 +38,8 @@ use schedule::{Fault, Params, Scheduled};
 /// The replicas' Lease timings: short, so a SIGSTOP past the lease is a short fault.
 const LEASE_FLAGS: &str = "--lease-duration=4s --renew-deadline=3s --retry-period=1s";
 const LEASE_S: f64 = 4.0;
+/// The seed of `make chaos` (Makefile `CHAOS_SEED`): its results carry no seed in their name.
+const DEFAULT_SEED: u64 = 25;
 
 /// What a chaos run is, from the command line.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -49,6 +51,8 @@ pub struct Settings {
     pub mean_gap_s: f64,
     pub recovery_s: f64,
     pub tail_s: f64,
+    /// `--seed`: with it the run's changes and fault schedule are reproducible.
+    pub seed: Option<u64>,
 }
 
 impl Settings {
@@ -63,6 +67,7 @@ impl Settings {
             // A medium replica lists 20k configs and 10k workloads before it is ready.
             recovery_s: if big { 45.0 } else { 10.0 },
             tail_s: if big { 60.0 } else { 15.0 },
+            seed: args.seed,
         }
     }
 
@@ -80,13 +85,15 @@ impl Settings {
         format!("{mode} {LEASE_FLAGS}")
     }
 
-    /// `-<N>r` or `-<N>r-ha` in the result file names.
+    /// `-<N>r`, `-<N>r-ha`, then `-seed<S>` for a seed other than `make chaos`'s default 25,
+    /// in the result file names (a campaign runs several seeds on one build).
     pub fn variant(&self) -> String {
-        format!(
-            "-{}r{}",
-            self.replicas,
-            if self.enable_ha { "-ha" } else { "" }
-        )
+        let ha = if self.enable_ha { "-ha" } else { "" };
+        let seed = match self.seed {
+            Some(s) if s != DEFAULT_SEED => format!("-seed{s}"),
+            _ => String::new(),
+        };
+        format!("-{}r{ha}{seed}", self.replicas)
     }
 }
 
