@@ -189,7 +189,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             // "change" the config back); a newer one is a change this replica has not acted on.
             return match self.index.backfill_config(key.clone(), state.clone()) {
                 ConfigTransition::Changed if self.admitted(&event) => self.fan_out(event),
-                _ => 0,
+                outcome => {
+                    let indexed = previous.as_ref().map(|p| p.resource_version);
+                    debug!(config = %key, ?outcome, listed = state.resource_version, ?indexed,
+                        "backfill list: nothing to act on");
+                    0
+                }
             };
         }
         match (self.index.apply_config(key.clone(), state.clone()), phase) {
