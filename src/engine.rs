@@ -120,6 +120,11 @@ pub enum Phase {
     /// A list made while the watch keeps running (a namespace gained): the watch may already
     /// have delivered something newer than the list's snapshot, so it only fills gaps.
     Backfill,
+    /// A backfill-listed config whose live change this replica deferred to that list (its
+    /// namespace's workloads were not listed yet): it changed, even when the index did not hold
+    /// it before. Counting it as a gap filled lost the reload of every workload that had not
+    /// recorded a hash of it yet (`chaos-medium-3r-seed26-b35deca`).
+    BackfillAfterChange,
 }
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
@@ -184,11 +189,15 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             deleted: false,
             observed_at,
         };
-        if phase == Phase::Backfill {
+        if matches!(phase, Phase::Backfill | Phase::BackfillAfterChange) {
             // Never replaces what the watch delivered with an older snapshot (that would
             // "change" the config back); a newer one is a change this replica has not acted on.
+            let deferred = phase == Phase::BackfillAfterChange;
             return match self.index.backfill_config(key.clone(), state.clone()) {
                 ConfigTransition::Changed if self.admitted(&event) => self.fan_out(event),
+                ConfigTransition::Created if deferred && self.admitted(&event) => {
+                    self.fan_out(event)
+                }
                 outcome => {
                     let indexed = previous.as_ref().map(|p| p.resource_version);
                     debug!(config = %key, ?outcome, listed = state.resource_version, ?indexed,

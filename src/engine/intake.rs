@@ -53,6 +53,9 @@ pub struct Intake {
     /// the backfill's own list would find nothing changed and the reload would be lost: such
     /// changes are left to that list, which runs after the workloads'.
     entering: dashmap::DashSet<String, ahash::RandomState>,
+    /// Configs whose live change was left to a backfill's list: when the list brings them, they
+    /// changed, whether or not the index held them before.
+    deferred: dashmap::DashSet<ConfigKey, ahash::RandomState>,
 }
 
 impl Intake {
@@ -83,6 +86,7 @@ impl Intake {
             secret_notices,
             secret_notice_receiver: Mutex::new(receiver),
             entering: Default::default(),
+            deferred: Default::default(),
         }
     }
 
@@ -266,8 +270,13 @@ impl Intake {
     pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
         if phase == Phase::Live && self.entering.contains(&*key.namespace) {
             debug!(config = %key, "changed while its namespace is backfilled: left to the backfill's list");
+            self.deferred.insert(key);
             return 0;
         }
+        let phase = match phase {
+            Phase::Backfill if self.deferred.remove(&key).is_some() => Phase::BackfillAfterChange,
+            other => other,
+        };
         self.configs.config_applied(key, state, phase)
     }
 
@@ -276,6 +285,13 @@ impl Intake {
         for namespace in namespaces {
             self.entering.insert(namespace.clone());
         }
+    }
+
+    /// The backfill of `namespaces` has listed their configs: changes it was left that it did
+    /// not list (the config was deleted meanwhile, or is not selected) are forgotten.
+    pub fn backfill_finished(&self, namespaces: &HashSet<String>) {
+        self.deferred
+            .retain(|key| !namespaces.contains(&*key.namespace));
     }
 
     /// The backfill has listed the workloads of `namespaces`: live config changes count again

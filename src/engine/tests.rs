@@ -10,6 +10,8 @@ use crate::config::Flags;
 use crate::digest::{ConfigPayload, digest_payload};
 use crate::index::workload_entry;
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
+use crate::rollout::events::EventSink;
+use crate::rollout::pause::PauseKeeper;
 use crate::rollout::{WriteError, WriteOutcome, WriteTurn};
 
 type WriteLog = Vec<(String, Vec<TemplateChange>)>;
@@ -280,6 +282,63 @@ async fn a_backfill_newer_than_the_index_is_a_change() {
     // The same snapshot listed again, or an older one, changes nothing.
     assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Backfill), 0);
     assert_eq!(e.config_applied(cfg(), at("v1", 10), Phase::Backfill), 0);
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+}
+
+/// A namespace gained with nothing kept of it: a live change of its config arrived while its
+/// workloads were being listed, so it was left to the backfill's config list. That list brings
+/// a config the index never held: it changed, and the workload (which recorded no hash of it
+/// yet) is rolled; a config listed without such a change only fills the gap.
+#[tokio::test]
+async fn a_change_left_to_the_backfill_rolls_a_config_new_to_the_index() {
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    assert_eq!(
+        e.config_applied(cfg(), state("v2"), Phase::BackfillAfterChange),
+        1
+    );
+    let other = ConfigKey::new(ConfigKind::ConfigMap, "ns", "other");
+    assert_eq!(e.config_applied(other, state("x"), Phase::Backfill), 0);
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+}
+
+/// The same through the Intake, as the watches drive it: a live change met while the
+/// namespace's workloads are listed is left to the backfill's config list, which then rolls
+/// the workload although the index never held the config.
+#[tokio::test]
+async fn a_live_change_left_to_the_backfill_is_rolled_when_the_backfill_lists_it() {
+    use std::num::NonZeroU32;
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    let e = Arc::new(e);
+    // Never reached: nothing here publishes an Event or writes a pause.
+    let url = "http://127.0.0.1:9".parse().unwrap();
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+    let one = NonZeroU32::new(1).unwrap();
+    let limiter = crate::rollout::write_limiter(one, one);
+    let pauses = PauseKeeper::new(client.clone(), e.ownership.clone(), limiter, "p".into());
+    let intake = Intake::new(e.clone(), EventSink::new(client, None), pauses);
+    intake.backfill_started(&["ns".to_string()]);
+    assert_eq!(intake.config_applied(cfg(), state("v2"), Phase::Live), 0);
+    intake.workloads_backfilled(["ns"]);
+    assert_eq!(
+        intake.config_applied(cfg(), state("v2"), Phase::Backfill),
+        1
+    );
+    let other = ConfigKey::new(ConfigKind::ConfigMap, "ns", "other");
+    assert_eq!(intake.config_applied(other, state("x"), Phase::Backfill), 0);
     settle(&e).await;
     assert_eq!(writes.0.lock().unwrap().len(), 1);
 }
