@@ -33,7 +33,8 @@ pub struct FaultImpact {
     pub untouched_p50_ms: Option<f64>,
     pub untouched_p99_ms: Option<f64>,
     /// kill, stop, skew: seconds from the start to the first write of another replica in a
-    /// namespace the target had written in just before.
+    /// namespace the target had written in just before (`None` when the target wrote there
+    /// again first: it came back before its namespaces moved).
     pub takeover_s: Option<f64>,
 }
 
@@ -191,14 +192,21 @@ fn takeover(f: &FaultRecord, writes: &ReplicaWrites) -> Option<f64> {
         .filter(|(t, _)| *t >= f.start_s - OWNED_LOOKBACK_S && *t < f.start_s)
         .map(|(_, ns)| ns.as_str())
         .collect();
-    writes
+    let first_in_owned = |w: &Vec<(f64, String)>| {
+        w.iter()
+            .filter(|(t, ns)| *t >= f.start_s && owned.contains(ns.as_str()))
+            .map(|(t, _)| *t)
+            .min_by(f64::total_cmp)
+    };
+    let own_return = first_in_owned(&writes[i]).unwrap_or(f64::INFINITY);
+    let other = writes
         .iter()
         .enumerate()
         .filter(|(j, _)| *j != i)
-        .flat_map(|(_, w)| w.iter())
-        .filter(|(t, ns)| *t >= f.start_s && owned.contains(ns.as_str()))
-        .map(|(t, _)| t - f.start_s)
-        .min_by(f64::total_cmp)
+        .filter_map(|(_, w)| first_in_owned(w))
+        .min_by(f64::total_cmp)?;
+    // Back before anyone else wrote there: it kept its namespaces, nothing was taken over.
+    (other < own_return).then_some(other - f.start_s)
 }
 
 /// Nearest-rank percentile of unsorted values.

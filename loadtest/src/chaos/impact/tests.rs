@@ -52,6 +52,18 @@ fn a_replica_fault_reports_the_latency_of_the_namespaces_its_target_did_not_writ
 }
 
 #[test]
+fn a_replica_back_before_anyone_else_wrote_in_its_namespaces_was_not_taken_over() {
+    let (changes, observations) = history();
+    let mut back_first = writes();
+    back_first[0].push((12.0, "a".into()));
+    let log = [fault("stop", "r0", 10.0, 11.0)];
+    let [stop] = impacts(&log, &changes, &observations, &back_first, 2.0)
+        .try_into()
+        .unwrap();
+    assert_eq!(stop.takeover_s, None);
+}
+
+#[test]
 fn a_webhook_touches_its_namespace_and_control_plane_faults_touch_every_one() {
     let (changes, observations) = history();
     let log = [
