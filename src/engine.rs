@@ -115,8 +115,11 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
 pub enum Phase {
     /// The first list after start: existing configs are not changes.
     Startup,
-    /// A live event, or a relist after a broken watch (differences then are real changes).
+    /// A live event.
     Live,
+    /// An object of a relist after a broken watch: differences then are real changes, as live
+    /// ones, but the relist re-delivers every object, changed or not.
+    Relisted,
     /// A list made while the watch keeps running (a namespace gained): the watch may already
     /// have delivered something newer than the list's snapshot, so it only fills gaps.
     Backfill,
@@ -125,6 +128,13 @@ pub enum Phase {
     /// it before. Counting it as a gap filled lost the reload of every workload that had not
     /// recorded a hash of it yet (`chaos-medium-3r-seed26-b35deca`).
     BackfillAfterChange,
+}
+
+impl Phase {
+    /// A live event or a relisted object: anything after the stream's first list.
+    pub fn after_startup(self) -> bool {
+        matches!(self, Phase::Live | Phase::Relisted)
+    }
 }
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
@@ -210,7 +220,9 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             (ConfigTransition::Unchanged, _) => 0,
             (ConfigTransition::Changed, _) if self.admitted(&event) => self.fan_out(event),
             (ConfigTransition::Changed, _) => 0,
-            (ConfigTransition::Created, Phase::Live) if self.settings.reload_on_create => {
+            (ConfigTransition::Created, Phase::Live | Phase::Relisted)
+                if self.settings.reload_on_create =>
+            {
                 self.fan_out(event)
             }
             (ConfigTransition::Created, Phase::Startup)

@@ -268,9 +268,13 @@ impl Intake {
 impl Intake {
     /// A config was listed or changed; returns how many workloads were queued.
     pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
-        if phase == Phase::Live && self.entering.contains(&*key.namespace) {
-            debug!(config = %key, "changed while its namespace is backfilled: left to the backfill's list");
-            self.deferred.insert(key);
+        if phase.after_startup() && self.entering.contains(&*key.namespace) {
+            debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
+            // A relisted object is not known to have changed: remembering it would roll every
+            // workload of a namespace gained fresh when a watch breaks during its backfill.
+            if phase == Phase::Live {
+                self.deferred.insert(key);
+            }
             return 0;
         }
         let phase = match phase {

@@ -156,7 +156,7 @@ impl WatchContext {
             .index
             .config(key)
             .is_none_or(|indexed| indexed.digest != state.digest);
-        if phase == Phase::Live && changed {
+        if phase.after_startup() && changed {
             self.refresh_listed(&key.namespace).await;
         }
     }

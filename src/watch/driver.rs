@@ -21,7 +21,8 @@ pub(super) trait IndexVerbs<T>: Send {
     type Key: Eq + Hash + Send;
 
     /// Takes in one object; returns its key when the watch keeps track of it. `phase` is
-    /// [`Phase::Startup`] during the stream's first list and [`Phase::Live`] after it (a relist
+    /// [`Phase::Startup`] during the stream's first list, [`Phase::Relisted`] for the objects of
+    /// a later list, [`Phase::Live`] for watch events after the first list (a relist
     /// after a break included: differences found then are real changes).
     fn apply(&mut self, obj: T, phase: Phase) -> impl Future<Output = Option<Self::Key>> + Send;
 
@@ -75,6 +76,11 @@ pub(super) async fn drive<T, V, S>(
         match event {
             Ok(watcher::Event::Init) => stream.relisting = Some(HashSet::new()),
             Ok(watcher::Event::InitApply(obj)) => {
+                // A relist after a break re-delivers every object: not each one a change.
+                let phase = match phase {
+                    Phase::Live => Phase::Relisted,
+                    first => first,
+                };
                 if let Some(key) = verbs.apply(obj, phase).await
                     && let Some(seen) = stream.relisting.as_mut()
                 {

@@ -42,7 +42,9 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
         let ctx = &self.ctx;
         ctx.engine
             .namespace_seen(&name, ns.metadata.labels.as_ref());
-        if ctx.engine.namespace_selected(&name) && phase == Phase::Live && ctx.ownership.owns(&name)
+        if ctx.engine.namespace_selected(&name)
+            && phase.after_startup()
+            && ctx.ownership.owns(&name)
         {
             ctx.namespace_entered(&name).await;
         }

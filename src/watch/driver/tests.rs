@@ -74,7 +74,7 @@ async fn the_first_list_is_startup_and_resets_with_what_it_returned() {
 }
 
 #[tokio::test]
-async fn after_a_break_the_relist_is_live_and_reports_what_survived() {
+async fn after_a_break_the_relist_is_relisted_and_reports_what_survived() {
     let mut events = first_list(0, &["a", "b"]);
     events.push(on(0, Event::Apply("c")));
     events.push(broken(0));
@@ -85,8 +85,8 @@ async fn after_a_break_the_relist_is_live_and_reports_what_survived() {
         [
             "apply c Live",
             "failed",
-            "apply b Live",
-            "apply c Live",
+            "apply b Relisted",
+            "apply c Relisted",
             r#"reset None {"b", "c"} first=false"#,
         ]
     );
@@ -105,7 +105,7 @@ async fn live_events_outside_a_list_are_not_part_of_any_relist() {
             "reset None {} first=true",
             "apply x Live",
             "delete y",
-            "apply z Live",
+            "apply z Relisted",
             r#"reset None {"z"} first=false"#,
         ]
     );
