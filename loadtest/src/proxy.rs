@@ -41,7 +41,8 @@ pub struct Proxy {
     proxy: ApiProxy,
 }
 
-const WORKLOAD_RESOURCES: &[&str] = &[
+/// The resources a reload writes (what counts as a workload write).
+pub(crate) const WORKLOAD_RESOURCES: &[&str] = &[
     "deployments",
     "statefulsets",
     "daemonsets",

@@ -138,17 +138,6 @@ fn is_write(call: &Call) -> bool {
     matches!(call.verb.as_str(), "create" | "update" | "patch")
 }
 
-/// The resources a reload writes (Leases and Events are the replica's own bookkeeping).
-const WORKLOADS: [&str; 7] = [
-    "deployments",
-    "statefulsets",
-    "daemonsets",
-    "cronjobs",
-    "jobs",
-    "rollouts",
-    "deploymentconfigs",
-];
-
 /// A watch from a resource version the client had (not a fresh one after a list from "0").
 fn is_resume(call: &Call) -> bool {
     call.verb == "watch"
@@ -201,7 +190,7 @@ fn status(code: u16, reason: &str, message: &str) -> Response {
 impl Hooks for State {
     fn request(&self, call: &Call) -> Option<Response> {
         if is_write(call)
-            && WORKLOADS.contains(&call.resource.as_str())
+            && crate::proxy::WORKLOAD_RESOURCES.contains(&call.resource.as_str())
             && let Some(ns) = &call.namespace
         {
             let mut writes = self.workload_writes.lock().unwrap();
