@@ -470,7 +470,20 @@ async fn every_dashboard_metric_is_exposed() {
     let ns = setup("telemetry-dashboard").await;
     let controller = Controller::start(&[&format!("--namespaces={}", ns.name)]).await;
     change_and_wait(&ns, "v2").await;
-    let exposition = controller.metrics().await;
+    // Families with no series yet are left out of the exposition, and the action counter is
+    // counted after the write's response, which the Deployment can show before it is counted.
+    let exposition = wait_for(
+        "the reload to be counted",
+        Duration::from_secs(10),
+        || async {
+            let text = controller.metrics().await;
+            match text.contains("reloader_action_total{") {
+                true => Ok(text),
+                false => Err("reloader_action_total has no series yet".to_string()),
+            }
+        },
+    )
+    .await;
     let declared: Vec<&str> = exposition
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
