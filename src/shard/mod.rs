@@ -10,6 +10,7 @@ pub mod handover;
 pub mod leader_lock;
 mod lease;
 mod liveness;
+pub mod ranges;
 pub mod ring;
 
 pub use assignment::Assignment;
