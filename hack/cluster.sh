@@ -23,6 +23,10 @@ set -euo pipefail
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${KUBE_RELOADER_CACHE:-$HOME/.cache/kube-reloader}
 STATE=$CACHE/cluster
+# Sharded list and watch (KEP-5866, alpha in 1.36): the controller sends each replica's
+# namespaces to the server as a shardSelector. A running control plane started with other gates
+# is restarted by `up`.
+APISERVER_FEATURE_GATES="ShardedListAndWatch=true"
 KUBECONFIG_PATH=$STATE/kubeconfig
 # The load test's controller under test (its own client cert; see write_audit_policy).
 LOADTEST_USER=kube-reloader-loadtest-controller
@@ -372,7 +376,9 @@ EOF
         --audit-log-path="$STATE/logs/audit.log" \
         --audit-log-maxsize=500 \
         --audit-log-maxbackup=1 \
+        --feature-gates="$APISERVER_FEATURE_GATES" \
         --profiling=false
+    echo "$APISERVER_FEATURE_GATES" >"$STATE/apiserver-feature-gates"
     wait_for kube-apiserver "/readyz on port $api_port" apiserver_ready
     log "kube-apiserver ready after ${SECONDS}s"
 
@@ -429,6 +435,10 @@ cmd_up() {
     # Build (or just locate, when cached) the binaries first.
     bash "$HACK_DIR/toolchain.sh" >/dev/null
     take_lock
+    if healthy && [[ $(cat "$STATE/apiserver-feature-gates" 2>/dev/null) != "$APISERVER_FEATURE_GATES" ]]; then
+        log "the running control plane has other feature gates; restarting it"
+        stop_all
+    fi
     if healthy; then
         log "reusing the running control plane ($(grep APISERVER_PORT "$STATE/ports.env"))"
     else

@@ -309,7 +309,7 @@ async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_d
         "metrics and the published assignment disagree"
     );
 
-    // 6. A fourth replica moves about a quarter of the namespaces, all to itself.
+    // 6. A fourth replica moves about a quarter of the namespaces, nearly all to itself.
     let r3 = fleet.replica("r3", &[]).await;
     let four = fleet
         .wait_members(&["r0", "r1", "r2", "r3"], Duration::from_secs(60))
@@ -325,15 +325,19 @@ async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_d
         "adding a 4th replica moved {moved}/300 namespaces ({:.1}%)",
         share * 100.0
     );
-    // About a quarter, +/- 5 points as the issue asks: the names are fixed, so this is the same
-    // share every run (83/300); shard::ring's unit tests pin the property over 10k namespaces.
+    // About a quarter, +/- 5 points as the issue asks; shard::ranges' unit tests pin the
+    // property over 10k namespaces. The fair-share cap passes a few slots on between the
+    // replicas that stay (under 1 % of the namespaces there).
+    assert_eq!(four.scheme, kube_reloader::shard::Scheme::HashRanges);
     assert!((0.20..=0.30).contains(&share), "moved {share}");
+    let to_r3 = fleet
+        .namespaces
+        .iter()
+        .filter(|ns| three.owner(ns) != four.owner(ns) && four.owner(ns) == Some("r3"))
+        .count();
     assert!(
-        fleet
-            .namespaces
-            .iter()
-            .filter(|ns| three.owner(ns) != four.owner(ns))
-            .all(|ns| four.owner(ns) == Some("r3"))
+        to_r3 as f64 >= 0.9 * moved as f64,
+        "only {to_r3} of {moved} moved to r3"
     );
     let counts = wait_owned_as(
         &fleet,
@@ -342,7 +346,7 @@ async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_d
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(counts[3], moved, "r3 owns what moved");
+    assert_eq!(counts[3], to_r3, "r3 owns what moved to it");
 
     // 5. Kill the leader: another takes over within the lease duration (+ a retry period), and
     //    the assignment changes once (the dead member leaves), then stays put.

@@ -12,19 +12,24 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::assignment::Scheme;
 pub use super::handover::OwnershipChange;
 use super::handover::{self, HandoverStep};
 use super::lease::{self, Member};
 use super::liveness::Liveness;
+use super::ranges::{Quantiles, fnv1a64};
 use super::{Assignment, Ownership, ShardSettings, ShardState};
+
+/// Namespaces per page when the leader lists them for the shard quantiles (names only).
+const NAMESPACE_PAGE_SIZE: u32 = 1_000;
 
 /// Why the coordinator stopped or a step of it failed. Its loops retry API errors, so a loop
 /// that returns is a bug or a lost watch; the controller exits on it.
@@ -278,13 +283,24 @@ impl Coordinator {
     async fn publish_assignment(&self) -> Result<(), ShardError> {
         let members = self.members().await?;
         let desired = self.desired_members(&members);
+        let scheme = scheme_for(&members, &desired);
         let current = self.read_assignment().await?;
-        if current.as_ref().is_some_and(|a| a.members == desired) {
+        if current
+            .as_ref()
+            .is_some_and(|a| a.members == desired && a.scheme == scheme)
+        {
             return Ok(());
         }
+        let quantiles = match scheme {
+            Scheme::Rendezvous => None,
+            Scheme::HashRanges => self.quantiles(current.as_ref()).await,
+        };
         let next = Assignment {
             generation: current.map_or(1, |a| a.generation + 1),
             members: desired,
+            scheme,
+            quantiles,
+            ..Default::default()
         };
         let cm = json!({
             "apiVersion": "v1",
@@ -299,8 +315,33 @@ impl Coordinator {
                 &Patch::Apply(cm),
             )
             .await?;
-        info!(generation = next.generation, members = ?next.members, "published the shard assignment");
+        info!(generation = next.generation, members = ?next.members, scheme = ?next.scheme, "published the shard assignment");
         Ok(())
+    }
+
+    /// The quantiles of the next hash-range assignment: those of the current one while they
+    /// still fit the number of namespaces (new quantiles would move namespaces between members
+    /// that stay), else those of the namespaces listed now. A failed list keeps what there is.
+    async fn quantiles(&self, current: Option<&Assignment>) -> Option<Quantiles> {
+        let kept = current
+            .filter(|a| a.scheme == Scheme::HashRanges)
+            .and_then(|a| a.quantiles.clone());
+        match namespace_hashes(&self.client).await {
+            Ok(hashes) => match kept {
+                Some(q) if q.still_fit(hashes.len()) => Some(q),
+                _ => {
+                    info!(
+                        namespaces = hashes.len(),
+                        "cutting the shard slots at the namespaces' hash quantiles"
+                    );
+                    Quantiles::of(hashes)
+                }
+            },
+            Err(error) => {
+                warn!(%error, kept = kept.is_some(), "listing namespaces for the shard quantiles failed: keeping the current ones, if any");
+                kept
+            }
+        }
     }
 
     async fn read_assignment(&self) -> Result<Option<Assignment>, ShardError> {
@@ -429,5 +470,66 @@ fn parse_assignment(cm: &ConfigMap) -> Option<Assignment> {
             warn!(error = %e, "the shard assignment ConfigMap is not readable");
             None
         }
+    }
+}
+
+/// Hash ranges when every member of the next assignment says it computes them: a replica of an
+/// older release would compute rendezvous owners from the same assignment.
+fn scheme_for(members: &[Member], desired: &[String]) -> Scheme {
+    let ranges = |identity: &String| {
+        members
+            .iter()
+            .any(|m| &m.identity == identity && m.hash_ranges)
+    };
+    match desired.iter().all(ranges) {
+        true => Scheme::HashRanges,
+        false => Scheme::Rendezvous,
+    }
+}
+
+/// FNV-1a hashes of every namespace's name, listed in pages of metadata.
+async fn namespace_hashes(client: &Client) -> Result<Vec<u64>, kube::Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let mut hashes = Vec::new();
+    let mut params = ListParams::default().limit(NAMESPACE_PAGE_SIZE);
+    loop {
+        let page = api.list_metadata(&params).await?;
+        hashes.extend(
+            page.items
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref())
+                .map(fnv1a64),
+        );
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(hashes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(identity: &str, hash_ranges: bool) -> Member {
+        Member {
+            identity: identity.into(),
+            live: true,
+            synced_generation: 0,
+            released_generation: 0,
+            leaving: false,
+            hash_ranges,
+        }
+    }
+
+    #[test]
+    fn hash_ranges_only_when_every_member_of_the_assignment_computes_them() {
+        let desired = vec!["a".to_string(), "b".to_string()];
+        let both = [member("a", true), member("b", true), member("old", false)];
+        assert_eq!(scheme_for(&both, &desired), Scheme::HashRanges);
+        let mixed = [member("a", true), member("b", false)];
+        assert_eq!(scheme_for(&mixed, &desired), Scheme::Rendezvous);
+        let unseen = [member("a", true)];
+        assert_eq!(scheme_for(&unseen, &desired), Scheme::Rendezvous);
     }
 }

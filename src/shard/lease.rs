@@ -20,6 +20,10 @@ pub const SYNCED_ANNOTATION: &str = "kube-reloader.io/synced-generation";
 pub const RELEASED_ANNOTATION: &str = "kube-reloader.io/released-generation";
 /// Set by a replica shutting down: the leader reassigns its namespaces while it keeps acting.
 pub const LEAVING_ANNOTATION: &str = "kube-reloader.io/leaving";
+/// The ownership schemes this replica computes (`hash-ranges`): the leader publishes hash ranges
+/// only when every member says so, so replicas of an older release never disagree on owners.
+pub const OWNERSHIP_ANNOTATION: &str = "kube-reloader.io/ownership";
+const HASH_RANGES: &str = "hash-ranges";
 const FIELD_MANAGER: &str = "kube-reloader";
 
 pub fn member_lease_name(me: &str) -> String {
@@ -48,7 +52,8 @@ pub async fn renew_member(
             "annotations": {
                 SYNCED_ANNOTATION: synced_generation.to_string(),
                 RELEASED_ANNOTATION: released_generation.to_string(),
-                LEAVING_ANNOTATION: leaving.to_string()
+                LEAVING_ANNOTATION: leaving.to_string(),
+                OWNERSHIP_ANNOTATION: HASH_RANGES
             }
         },
         "spec": {
@@ -81,6 +86,8 @@ pub struct Member {
     pub synced_generation: u64,
     pub released_generation: u64,
     pub leaving: bool,
+    /// It computes hash-range owners ([`OWNERSHIP_ANNOTATION`]).
+    pub hash_ranges: bool,
 }
 
 /// Every member Lease, live when it changed within its duration by this replica's monotonic
@@ -126,6 +133,9 @@ pub async fn members(
                 leaving: annotations
                     .get(LEAVING_ANNOTATION)
                     .is_some_and(|v| v == "true"),
+                hash_ranges: annotations
+                    .get(OWNERSHIP_ANNOTATION)
+                    .is_some_and(|v| v.split(',').any(|s| s.trim() == HASH_RANGES)),
             })
         })
         .collect())

@@ -13,7 +13,7 @@ mod liveness;
 pub mod ranges;
 pub mod ring;
 
-pub use assignment::Assignment;
+pub use assignment::{Assignment, Scheme};
 pub use handover::{SETTLE_WINDOW, ShardView};
 
 use std::collections::HashSet;
@@ -311,6 +311,7 @@ mod tests {
         let solo = Arc::new(Assignment {
             generation: 1,
             members: vec!["r0".into()],
+            ..Default::default()
         });
         me.set_view(ShardView {
             current: Some(solo.clone()),
@@ -321,6 +322,7 @@ mod tests {
         let pair = Arc::new(Assignment {
             generation: 2,
             members: vec!["r0".into(), "r1".into()],
+            ..Default::default()
         });
         me.set_view(ShardView {
             current: Some(pair.clone()),
@@ -349,6 +351,7 @@ mod tests {
         let first = Arc::new(Assignment {
             generation: 1,
             members: vec!["r0".into()],
+            ..Default::default()
         });
         me.set_view(ShardView {
             current: Some(first.clone()),
@@ -380,6 +383,7 @@ mod tests {
             Arc::new(Assignment {
                 generation: g,
                 members: members.iter().map(|m| m.to_string()).collect(),
+                ..Default::default()
             })
         };
         let mut view = ShardView::default();

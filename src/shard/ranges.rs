@@ -23,7 +23,6 @@ use serde::{Deserialize, Serialize};
 pub const QUANTILE_BUCKETS: usize = 1024;
 /// How far above an equal share a member's slots may go.
 const SHARE_SLACK_PERCENT: usize = 3;
-const MIN_NAMESPACES_FOR_QUANTILES: usize = 64;
 /// The hash space's end, exclusive: 2^64.
 const TOP: u128 = 1 << 64;
 
@@ -54,12 +53,17 @@ impl HashRange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quantiles {
     bounds: Vec<u64>,
+    /// How many namespaces they were cut from.
+    #[serde(default)]
+    namespaces: usize,
 }
 
 impl Quantiles {
-    /// The quantiles of `hashes`; `None` when too few for their shares to matter.
+    /// The quantiles of `hashes` (`None` for none). With fewer namespaces than slots, runs of
+    /// slots share a bound and all but the last of each run are empty: each namespace then
+    /// falls in a slot of its own, which a clump of similar names needs to be split at all.
     pub fn of(mut hashes: Vec<u64>) -> Option<Self> {
-        if hashes.len() < MIN_NAMESPACES_FOR_QUANTILES {
+        if hashes.is_empty() {
             return None;
         }
         hashes.sort_unstable();
@@ -67,7 +71,16 @@ impl Quantiles {
         let bounds = (1..QUANTILE_BUCKETS)
             .map(|b| hashes[b * n / QUANTILE_BUCKETS])
             .collect();
-        Some(Self { bounds })
+        Some(Self {
+            bounds,
+            namespaces: n,
+        })
+    }
+
+    /// Whether these still describe a cluster of `namespaces`: cut from at least half and at
+    /// most twice as many (past that, new quantiles are worth the namespaces they move).
+    pub fn still_fit(&self, namespaces: usize) -> bool {
+        self.namespaces * 2 >= namespaces && namespaces * 2 >= self.namespaces
     }
 
     /// Published quantiles are used only when well formed (sorted, the right count).
@@ -89,7 +102,10 @@ impl Quantiles {
         let bounds = (1..QUANTILE_BUCKETS as u128)
             .map(|b| (b * width) as u64)
             .collect();
-        Self { bounds }
+        Self {
+            bounds,
+            namespaces: 0,
+        }
     }
 }
 

@@ -4,6 +4,7 @@ fn assignment(generation: u64, members: &[&str]) -> Arc<Assignment> {
     Arc::new(Assignment {
         generation,
         members: members.iter().map(|m| m.to_string()).collect(),
+        ..Default::default()
     })
 }
 
@@ -14,6 +15,7 @@ fn member(identity: &str, live: bool, synced: u64, released: u64) -> Member {
         synced_generation: synced,
         released_generation: released,
         leaving: false,
+        hash_ranges: true,
     }
 }
 

@@ -161,12 +161,33 @@ fn union_merges_overlapping_and_touching_ranges() {
 }
 
 #[test]
-fn quantiles_need_enough_namespaces_and_published_ones_are_checked() {
-    assert_eq!(Quantiles::of(vec![1, 2, 3]), None);
+fn quantiles_are_checked_and_refit_when_the_cluster_doubled_or_halved() {
+    assert_eq!(Quantiles::of(Vec::new()), None);
     let q = Quantiles::of((0..5_000u64).map(|i| i * 7).collect()).unwrap();
     assert!(q.is_valid());
-    let bad = Quantiles { bounds: vec![5, 1] };
+    assert!(q.still_fit(2_500) && q.still_fit(10_000));
+    assert!(!q.still_fit(2_499) && !q.still_fit(10_001));
+    let bad = Quantiles {
+        bounds: vec![5, 1],
+        namespaces: 2,
+    };
     assert!(!bad.is_valid());
+}
+
+#[test]
+fn a_few_similar_names_are_split_between_members() {
+    // 24 names FNV-1a puts in two tight clumps: equal slices of the hash space give them all
+    // to one or two members; quantiles cut from them give each its own slot.
+    let names: Vec<String> = (0..24).map(|i| format!("shard-pause-6d8b-{i}")).collect();
+    let m = members(3);
+    let table = table_for(&names, &m);
+    for member in &m {
+        let owned = names
+            .iter()
+            .filter(|n| table.owner(n) == Some(member.as_str()))
+            .count();
+        assert!(owned >= 3, "{member} owns {owned} of 24");
+    }
 }
 
 proptest::proptest! {
