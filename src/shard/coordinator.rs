@@ -283,7 +283,7 @@ impl Coordinator {
     async fn publish_assignment(&self) -> Result<(), ShardError> {
         let members = self.members().await?;
         let desired = self.desired_members(&members);
-        let scheme = scheme_for(&members, &desired);
+        let scheme = scheme_for(&members, &desired, &self.settings.me);
         let current = self.read_assignment().await?;
         if current
             .as_ref()
@@ -474,12 +474,14 @@ fn parse_assignment(cm: &ConfigMap) -> Option<Assignment> {
 }
 
 /// Hash ranges when every member of the next assignment says it computes them: a replica of an
-/// older release would compute rendezvous owners from the same assignment.
-fn scheme_for(members: &[Member], desired: &[String]) -> Scheme {
+/// older release would compute rendezvous owners from the same assignment. The leader (`me`)
+/// computes them whether or not its own Lease is listed yet.
+fn scheme_for(members: &[Member], desired: &[String], me: &str) -> Scheme {
     let ranges = |identity: &String| {
-        members
-            .iter()
-            .any(|m| &m.identity == identity && m.hash_ranges)
+        identity == me
+            || members
+                .iter()
+                .any(|m| &m.identity == identity && m.hash_ranges)
     };
     match desired.iter().all(ranges) {
         true => Scheme::HashRanges,
@@ -526,10 +528,16 @@ mod tests {
     fn hash_ranges_only_when_every_member_of_the_assignment_computes_them() {
         let desired = vec!["a".to_string(), "b".to_string()];
         let both = [member("a", true), member("b", true), member("old", false)];
-        assert_eq!(scheme_for(&both, &desired), Scheme::HashRanges);
+        assert_eq!(scheme_for(&both, &desired, "a"), Scheme::HashRanges);
         let mixed = [member("a", true), member("b", false)];
-        assert_eq!(scheme_for(&mixed, &desired), Scheme::Rendezvous);
+        assert_eq!(scheme_for(&mixed, &desired, "a"), Scheme::Rendezvous);
         let unseen = [member("a", true)];
-        assert_eq!(scheme_for(&unseen, &desired), Scheme::Rendezvous);
+        assert_eq!(scheme_for(&unseen, &desired, "a"), Scheme::Rendezvous);
+        // The leader's own Lease may not be listed yet: it computes ranges all the same.
+        let leader_unlisted = [member("b", true)];
+        assert_eq!(
+            scheme_for(&leader_unlisted, &desired, "a"),
+            Scheme::HashRanges
+        );
     }
 }
