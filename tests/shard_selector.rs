@@ -14,6 +14,7 @@ use kube_reloader::shard::ranges::{Quantiles, RangeTable, fnv1a64, selector, uni
 use serde_json::{Value, json};
 
 use common::objects::*;
+use common::observe::encode;
 use common::{TestNamespace, client};
 
 const LABEL: &str = "kube-reloader-test/shard-selector";
@@ -33,19 +34,6 @@ async fn namespaces(run: &str) -> Vec<TestNamespace> {
         out.push(ns);
     }
     out
-}
-
-/// Percent-encodes every byte but RFC 3986's unreserved ones.
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn query(run: &str, shard: &str) -> String {
