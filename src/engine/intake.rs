@@ -192,9 +192,12 @@ impl Intake {
         kind: WorkloadKind,
         namespace: Option<&str>,
         seen: &HashSet<WorkloadKey>,
+        covered: impl Fn(&str) -> bool,
     ) {
         self.index.retain_workloads(kind, |k| {
-            seen.contains(k) || namespace.is_some_and(|ns| ns != &*k.namespace)
+            seen.contains(k)
+                || namespace.is_some_and(|ns| ns != &*k.namespace)
+                || !covered(&k.namespace)
         });
     }
 
@@ -287,6 +290,7 @@ impl Intake {
     /// A backfill of `namespaces` starts: their workloads are not indexed yet.
     pub fn backfill_started(&self, namespaces: &[String]) {
         for namespace in namespaces {
+            self.ownership.entered(namespace);
             self.entering.insert(namespace.clone());
         }
     }

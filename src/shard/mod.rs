@@ -12,12 +12,14 @@ mod lease;
 mod liveness;
 pub mod ranges;
 pub mod ring;
+pub mod server_filter;
 
 pub use assignment::{Assignment, Scheme};
 pub use handover::{SETTLE_WINDOW, ShardView};
+pub use server_filter::{SelectorFeed, ServerSharding};
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -47,10 +49,19 @@ pub struct ShardState {
     /// Past this without a renewal the replica is fenced (shorter than the Lease duration, so it
     /// stops before anyone else can take over its namespaces).
     renew_deadline: Duration,
+    /// The selector the API server is asked for, kept equal to the view's ranges while
+    /// `server_sharding` is on.
+    selector: SelectorFeed,
+    server_sharding: AtomicBool,
 }
 
 impl ShardState {
     pub fn new(me: String, renew_deadline: Duration) -> Self {
+        Self::with_selector(me, renew_deadline, SelectorFeed::default())
+    }
+
+    /// `selector`: where this replica's shard selector is published for the client's requests.
+    pub fn with_selector(me: String, renew_deadline: Duration, selector: SelectorFeed) -> Self {
         Self {
             me,
             view: RwLock::new(ShardView::default()),
@@ -58,7 +69,27 @@ impl ShardState {
             last_renew_ms: AtomicU64::new(0),
             changed_at_ms: AtomicU64::new(0),
             renew_deadline,
+            selector,
+            server_sharding: AtomicBool::new(false),
         }
+    }
+
+    /// From now on the API server is asked to send only this replica's namespaces.
+    pub fn use_server_sharding(&self) {
+        self.server_sharding.store(true, Ordering::Release);
+        let view = self.view.read().expect("shard view lock");
+        self.selector
+            .publish(server_filter::selector_of(&view, &self.me));
+    }
+
+    /// The API server sends only this replica's namespaces (`--server-side-sharding`).
+    pub fn server_sharding(&self) -> bool {
+        self.server_sharding.load(Ordering::Acquire)
+    }
+
+    /// The selector sent with cluster-wide lists and watches now (`None`: none).
+    pub fn selector(&self) -> Option<Arc<str>> {
+        self.selector.current()
     }
 
     fn assigned(&self, namespace: &str) -> bool {
@@ -115,6 +146,11 @@ impl ShardState {
             let ms = self.epoch.elapsed().as_millis() as u64;
             self.changed_at_ms.store(ms.max(1), Ordering::Release);
         }
+        // Under the lock, so two updates never publish out of order.
+        if self.server_sharding() {
+            self.selector
+                .publish(server_filter::selector_of(&view, &self.me));
+        }
         result
     }
 
@@ -149,7 +185,15 @@ pub struct Ownership {
     /// Writes started and not finished, by namespace: a replica giving namespaces up announces it
     /// only once these are done, so the next owner never writes while an old write is in flight.
     writes_in_flight: dashmap::DashMap<Arc<str>, usize, ahash::RandomState>,
+    /// Counts namespaces entering (selected, or gained in a handover), and the count at each
+    /// namespace's last entry: a list can then tell which namespaces it covered from its start.
+    entries: AtomicU64,
+    entered_at: dashmap::DashMap<Arc<str>, u64, ahash::RandomState>,
 }
+
+/// Where the entry count stood when a list started ([`Ownership::list_mark`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ListMark(u64);
 
 /// Counts a write as in flight for its namespace until dropped.
 pub struct WriteGuard<'a> {
@@ -175,6 +219,8 @@ impl Ownership {
             selected: selector_active.then(DashSet::default),
             shard: None,
             writes_in_flight: Default::default(),
+            entries: AtomicU64::new(0),
+            entered_at: Default::default(),
         }
     }
 
@@ -185,6 +231,8 @@ impl Ownership {
             selected: Some(DashSet::default()),
             shard: Some(shard),
             writes_in_flight: Default::default(),
+            entries: AtomicU64::new(0),
+            entered_at: Default::default(),
         }
     }
 
@@ -197,6 +245,29 @@ impl Ownership {
     pub fn selects(&self, namespace: &str) -> bool {
         !self.ignored.contains(namespace)
             && self.selected.as_ref().is_none_or(|s| s.contains(namespace))
+    }
+
+    /// `namespace` entered: it is being indexed by a backfill, not by lists already running.
+    /// Recorded after it became owned, so a list started before this mark did not cover it.
+    pub fn entered(&self, namespace: &str) {
+        let mark = self.entries.fetch_add(1, Ordering::AcqRel) + 1;
+        self.entered_at.insert(Arc::from(namespace), mark);
+    }
+
+    /// Taken when a list starts, for [`Ownership::listed_throughout`] when it ends.
+    pub fn list_mark(&self) -> ListMark {
+        ListMark(self.entries.load(Ordering::Acquire))
+    }
+
+    /// Whether a list started at `mark` covered `namespace` from its start and still does: only
+    /// then may what it did not return be taken as deleted. A namespace that entered during the
+    /// list was indexed by its backfill, which a list filtered on the old ownership did not see.
+    pub fn listed_throughout(&self, namespace: &str, mark: ListMark) -> bool {
+        self.owns(namespace)
+            && self
+                .entered_at
+                .get(namespace)
+                .is_none_or(|entry| *entry <= mark.0)
     }
 
     /// False while fenced: a replica that could not renew its membership writes nothing.
@@ -273,6 +344,30 @@ impl Ownership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_covered_only_namespaces_owned_before_it_started() {
+        let ownership = Ownership::new(vec!["ignored".to_string()], false);
+        ownership.entered("early");
+        let mark = ownership.list_mark();
+        ownership.entered("late");
+        assert!(
+            ownership.listed_throughout("early", mark),
+            "entered before the list"
+        );
+        assert!(ownership.listed_throughout("never-entered", mark));
+        assert!(
+            !ownership.listed_throughout("late", mark),
+            "entered during the list"
+        );
+        assert!(!ownership.listed_throughout("ignored", mark), "not owned");
+        ownership.entered("early");
+        assert!(
+            !ownership.listed_throughout("early", mark),
+            "left and entered again during the list"
+        );
+        assert!(ownership.listed_throughout("late", ownership.list_mark()));
+    }
 
     #[test]
     fn selected_count_leaves_ignored_namespaces_out() {

@@ -19,6 +19,7 @@ use crate::engine::Phase;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
 use crate::resources::{spc_pod_status_resource, spc_resource};
+use crate::shard::ListMark;
 
 use super::driver::{IndexVerbs, drive, map_event};
 use super::{
@@ -130,14 +131,24 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
         }
     }
 
-    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<ConfigKey>, first: bool) {
+    fn list_mark(&self) -> ListMark {
+        self.ctx.ownership.list_mark()
+    }
+
+    fn reset(
+        &mut self,
+        namespace: Option<&str>,
+        seen: HashSet<ConfigKey>,
+        first: bool,
+        mark: ListMark,
+    ) {
         if first {
             return;
         }
         // Deleted while the watch was down: real deletions.
-        let index = &self.ctx.index;
+        let (index, ownership) = (&self.ctx.index, &self.ctx.ownership);
         for key in index.config_keys(self.kind, namespace) {
-            if !seen.contains(&key) {
+            if !seen.contains(&key) && ownership.listed_throughout(&key.namespace, mark) {
                 self.ctx.engine.config_deleted(&key);
             }
         }
@@ -282,9 +293,16 @@ impl ReportedVersions {
     }
 
     /// After a relist of `namespace` (`None`: all): drops pod statuses deleted meanwhile.
-    fn retain_listed(&mut self, namespace: Option<&str>, listed: &HashSet<PodStatusId>) {
-        self.by_status
-            .retain(|id, _| listed.contains(id) || namespace.is_some_and(|ns| ns != id.0));
+    /// Forgets pod statuses a list of `namespace` did not return, in the namespaces `covered`.
+    fn retain_listed(
+        &mut self,
+        namespace: Option<&str>,
+        listed: &HashSet<PodStatusId>,
+        covered: impl Fn(&str) -> bool,
+    ) {
+        self.by_status.retain(|id, _| {
+            listed.contains(id) || namespace.is_some_and(|ns| ns != id.0) || !covered(&id.0)
+        });
     }
 }
 
@@ -331,8 +349,20 @@ impl IndexVerbs<DynamicObject> for PodStatusVerbs {
         self.reported.forget(&pod_status_id(&obj));
     }
 
-    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<PodStatusId>, _first: bool) {
-        self.reported.retain_listed(namespace, &seen);
+    fn list_mark(&self) -> ListMark {
+        self.ctx.ownership.list_mark()
+    }
+
+    fn reset(
+        &mut self,
+        namespace: Option<&str>,
+        seen: HashSet<PodStatusId>,
+        _first: bool,
+        mark: ListMark,
+    ) {
+        let ownership = &self.ctx.ownership;
+        self.reported
+            .retain_listed(namespace, &seen, |ns| ownership.listed_throughout(ns, mark));
     }
 
     fn failed(&mut self, error: &watcher::Error) {
@@ -371,11 +401,16 @@ mod tests {
         reported.changed(id("kept"), [1; 32]);
         reported.changed(id("gone"), [1; 32]);
         reported.changed(("other".into(), "x".into()), [1; 32]);
-        reported.retain_listed(Some("ns"), &HashSet::from([id("kept")]));
+        reported.retain_listed(Some("ns"), &HashSet::from([id("kept")]), |_| true);
         assert!(!reported.changed(id("kept"), [1; 32]));
         assert!(reported.changed(id("gone"), [1; 32]));
         assert!(!reported.changed(("other".into(), "x".into()), [1; 32]));
-        reported.retain_listed(None, &HashSet::new());
-        assert!(reported.by_status.is_empty());
+        reported.changed(("entered".into(), "y".into()), [1; 32]);
+        reported.retain_listed(None, &HashSet::new(), |ns| ns != "entered");
+        assert_eq!(
+            reported.by_status.len(),
+            1,
+            "a namespace the list did not cover throughout keeps what its backfill found"
+        );
     }
 }

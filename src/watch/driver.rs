@@ -12,6 +12,7 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
 use crate::engine::Phase;
+use crate::shard::ListMark;
 
 use super::SyncGate;
 
@@ -28,9 +29,19 @@ pub(super) trait IndexVerbs<T>: Send {
 
     fn delete(&mut self, obj: T) -> impl Future<Output = ()> + Send;
 
-    /// A list of `namespace` (`None`: every namespace) has finished and returned `seen`: forget
-    /// what it did not return. `first`: the stream's first list, before which nothing was known.
-    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<Self::Key>, first: bool);
+    /// Taken when a list starts ([`crate::shard::Ownership::list_mark`]) and handed to `reset`.
+    fn list_mark(&self) -> ListMark;
+
+    /// A list of `namespace` (`None`: every namespace) started at `mark` has finished and
+    /// returned `seen`: forget what it did not return, in the namespaces it covered throughout.
+    /// `first`: the stream's first list, before which nothing was known.
+    fn reset(
+        &mut self,
+        namespace: Option<&str>,
+        seen: HashSet<Self::Key>,
+        first: bool,
+        mark: ListMark,
+    );
 
     /// The stream failed; the watcher's backoff retries it.
     fn failed(&mut self, error: &watcher::Error);
@@ -43,8 +54,8 @@ pub(super) type StreamEvent<T> = (usize, Result<watcher::Event<T>, watcher::Erro
 struct StreamState<K> {
     namespace: Option<String>,
     synced: bool,
-    /// Keys returned by the list in progress (`None`: no list in progress).
-    relisting: Option<HashSet<K>>,
+    /// Keys returned by the list in progress, and when it started (`None`: no list in progress).
+    relisting: Option<(HashSet<K>, ListMark)>,
 }
 
 /// Drives merged watch streams into `verbs` until they end. `namespaces[i]` is the namespace
@@ -74,7 +85,9 @@ pub(super) async fn drive<T, V, S>(
             Phase::Startup
         };
         match event {
-            Ok(watcher::Event::Init) => stream.relisting = Some(HashSet::new()),
+            Ok(watcher::Event::Init) => {
+                stream.relisting = Some((HashSet::new(), verbs.list_mark()));
+            }
             Ok(watcher::Event::InitApply(obj)) => {
                 // A relist after a break re-delivers every object: not each one a change.
                 let phase = match phase {
@@ -82,7 +95,7 @@ pub(super) async fn drive<T, V, S>(
                     first => first,
                 };
                 if let Some(key) = verbs.apply(obj, phase).await
-                    && let Some(seen) = stream.relisting.as_mut()
+                    && let Some((seen, _)) = stream.relisting.as_mut()
                 {
                     seen.insert(key);
                 }
@@ -92,8 +105,8 @@ pub(super) async fn drive<T, V, S>(
             }
             Ok(watcher::Event::Delete(obj)) => verbs.delete(obj).await,
             Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = stream.relisting.take() {
-                    verbs.reset(stream.namespace.as_deref(), seen, !stream.synced);
+                if let Some((seen, mark)) = stream.relisting.take() {
+                    verbs.reset(stream.namespace.as_deref(), seen, !stream.synced, mark);
                 }
                 if !stream.synced {
                     stream.synced = true;

@@ -62,6 +62,7 @@ impl WatchContext {
         };
         let mut params = ListParams::default().limit(WORKLOAD_PAGE_SIZE);
         let mut seen: HashSet<WorkloadKey> = HashSet::new();
+        let mark = self.ownership.list_mark();
         loop {
             let page = api.list(&params).await?;
             for obj in page.items {
@@ -74,7 +75,7 @@ impl WatchContext {
                 _ => break,
             }
         }
-        self.forget_unlisted(kind, namespace, &seen);
+        self.forget_unlisted(kind, namespace, &seen, mark);
         Ok(())
     }
 

@@ -14,6 +14,8 @@ use tracing::info;
 
 use crate::engine::Phase;
 
+use crate::shard::ListMark;
+
 use super::driver::{IndexVerbs, drive};
 use super::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 
@@ -56,7 +58,12 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
         self.ctx.engine.namespace_unselected(&ns.name_any());
     }
 
-    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool) {
+    /// Namespaces are the ownership's input, not filtered by it.
+    fn list_mark(&self) -> ListMark {
+        ListMark::default()
+    }
+
+    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool, _: ListMark) {
         self.ctx.engine.namespaces_listed(&seen);
         if !first {
             // Namespaces that left the selection while the watch was down (also those holding
@@ -112,7 +119,11 @@ impl IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs {
         self.ctx.engine.namespace_deleted(&ns.name_any());
     }
 
-    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, _first: bool) {
+    fn list_mark(&self) -> ListMark {
+        ListMark::default()
+    }
+
+    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, _first: bool, _: ListMark) {
         let grouped = self.ctx.engine.namespaces_listed(&seen);
         info!(grouped, label = self.label, "tenants known");
     }

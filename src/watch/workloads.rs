@@ -11,6 +11,7 @@ use crate::engine::Phase;
 use crate::index::WorkloadObject;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
+use crate::shard::ListMark;
 
 use super::driver::{IndexVerbs, drive};
 use super::{
@@ -88,8 +89,18 @@ impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
     }
 
     /// Workloads deleted while the watch was down.
-    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<WorkloadKey>, _first: bool) {
-        self.ctx.forget_unlisted(self.kind, namespace, &seen);
+    fn list_mark(&self) -> ListMark {
+        self.ctx.ownership.list_mark()
+    }
+
+    fn reset(
+        &mut self,
+        namespace: Option<&str>,
+        seen: HashSet<WorkloadKey>,
+        _first: bool,
+        mark: ListMark,
+    ) {
+        self.ctx.forget_unlisted(self.kind, namespace, &seen, mark);
     }
 
     fn failed(&mut self, error: &watcher::Error) {
@@ -105,8 +116,12 @@ impl WatchContext {
         kind: WorkloadKind,
         namespace: Option<&str>,
         seen: &HashSet<WorkloadKey>,
+        mark: ListMark,
     ) {
-        self.engine.workloads_listed(kind, namespace, seen);
+        let ownership = &self.ownership;
+        self.engine.workloads_listed(kind, namespace, seen, |ns| {
+            ownership.listed_throughout(ns, mark)
+        });
     }
 
     /// Hands one workload object to the engine; returns its key when it was taken in.

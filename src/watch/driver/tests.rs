@@ -9,6 +9,9 @@ use super::*;
 #[derive(Default)]
 struct Recorder {
     calls: Vec<String>,
+    /// Answers `list_mark`; an object named `entering...` enters its namespace.
+    ownership: crate::shard::Ownership,
+    reset_marks: Vec<ListMark>,
 }
 
 impl IndexVerbs<&'static str> for Recorder {
@@ -16,6 +19,9 @@ impl IndexVerbs<&'static str> for Recorder {
 
     async fn apply(&mut self, obj: &'static str, phase: Phase) -> Option<&'static str> {
         self.calls.push(format!("apply {obj} {phase:?}"));
+        if obj.starts_with("entering") {
+            self.ownership.entered("ns");
+        }
         // Objects of namespaces this replica does not own are not kept.
         (!obj.starts_with("unowned")).then_some(obj)
     }
@@ -24,10 +30,21 @@ impl IndexVerbs<&'static str> for Recorder {
         self.calls.push(format!("delete {obj}"));
     }
 
-    fn reset(&mut self, namespace: Option<&str>, seen: HashSet<&'static str>, first: bool) {
+    fn list_mark(&self) -> ListMark {
+        self.ownership.list_mark()
+    }
+
+    fn reset(
+        &mut self,
+        namespace: Option<&str>,
+        seen: HashSet<&'static str>,
+        first: bool,
+        mark: ListMark,
+    ) {
         let seen: BTreeSet<_> = seen.into_iter().collect();
         self.calls
             .push(format!("reset {namespace:?} {seen:?} first={first}"));
+        self.reset_marks.push(mark);
     }
 
     fn failed(&mut self, _error: &watcher::Error) {
@@ -158,4 +175,21 @@ async fn map_event_keeps_the_shape_and_says_which_object_is_deleted() {
     )
     .await;
     assert!(failed.is_err());
+}
+
+#[tokio::test]
+async fn a_relist_is_reset_with_the_mark_taken_when_it_started() {
+    let mut events = first_list(0, &["a"]);
+    events.push(broken(0));
+    events.extend(first_list(0, &["a", "entering-b"]));
+    let gate = SyncGate::new(1);
+    let mut recorder = Recorder::default();
+    let at_start = recorder.ownership.list_mark();
+    drive(stream::iter(events), vec![None], &mut recorder, &gate).await;
+    assert_eq!(recorder.reset_marks, vec![at_start, at_start]);
+    assert!(
+        !recorder.ownership.listed_throughout("ns", at_start),
+        "ns entered during the relist: what the relist missed there is not a deletion"
+    );
+    assert!(recorder.ownership.listed_throughout("other", at_start));
 }

@@ -1,0 +1,306 @@
+//! Server-side sharding (Kubernetes' sharded list and watch, KEP-5866): a tower layer under the
+//! kube client appends this replica's `shardSelector` to its cluster-wide lists and watches of
+//! the namespaced kinds it indexes, so the API server sends each replica only its own namespaces.
+//!
+//! The selector follows the shard view ([`SelectorFeed::publish`]). When it changes, every watch
+//! body opened with the old one ends at an event boundary; kube-runtime's watcher then watches
+//! again from the last resourceVersion it saw, and that request carries the new selector. Nothing
+//! is lost by ending early: the new watch starts where the old one stopped.
+//!
+//! Objects are still checked on arrival (`Ownership::owns`), for two reasons: a server without the
+//! feature gate ignores the parameter and sends everything, and between a view change and the
+//! re-watch the old selector's objects keep arriving.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tokio::sync::watch;
+use tower::{Layer, Service};
+
+use super::ShardView;
+use super::ranges::{selector, union};
+
+/// The field every selector hashes.
+pub const NAMESPACE_FIELD: &str = "object.metadata.namespace";
+/// The query parameter the API server reads the selector from.
+const PARAMETER: &str = "shardSelector";
+
+/// The namespaced kinds whose cluster-wide lists and watches are sharded (plural names). Cluster-
+/// scoped kinds (Namespaces) have no namespace to hash; Leases and the assignment are read per
+/// namespace and never match.
+const SHARDED_RESOURCES: &[&str] = &[
+    "configmaps",
+    "secrets",
+    "secretproviderclasspodstatuses",
+    "deployments",
+    "statefulsets",
+    "daemonsets",
+    "cronjobs",
+    "jobs",
+    "rollouts",
+    "deploymentconfigs",
+];
+
+/// Whether to ask the API server to shard (`--server-side-sharding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerSharding {
+    /// When a probe list comes back with `metadata.shardInfo` (the server applied the selector).
+    #[default]
+    Auto,
+    /// Always send the selector (objects are still checked on arrival).
+    On,
+    /// Never: every replica receives everything and keeps its own namespaces.
+    Off,
+}
+
+/// The selector this replica sends, published by the shard view and read by the layer.
+#[derive(Clone, Debug)]
+pub struct SelectorFeed {
+    sender: Arc<watch::Sender<Option<Arc<str>>>>,
+}
+
+impl Default for SelectorFeed {
+    fn default() -> Self {
+        Self {
+            sender: Arc::new(watch::Sender::new(None)),
+        }
+    }
+}
+
+impl SelectorFeed {
+    /// Sets the selector (`None`: send none). Open watches end only when it really changed.
+    pub fn publish(&self, selector: Option<String>) -> bool {
+        self.sender.send_if_modified(|current| {
+            if current.as_deref() == selector.as_deref() {
+                return false;
+            }
+            *current = selector.map(Arc::from);
+            true
+        })
+    }
+
+    pub fn current(&self) -> Option<Arc<str>> {
+        self.sender.borrow().clone()
+    }
+
+    pub fn layer(&self) -> ServerFilterLayer {
+        ServerFilterLayer {
+            selector: self.sender.subscribe(),
+        }
+    }
+}
+
+/// True for a GET of a whole collection of a sharded kind across namespaces
+/// (`/api/v1/configmaps`, `/apis/apps/v1/deployments`), a list or a watch.
+pub fn is_sharded_collection(method: &http::Method, path: &str) -> bool {
+    if method != http::Method::GET {
+        return false;
+    }
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let resource = match segments.as_slice() {
+        ["api", _version, resource] => resource,
+        ["apis", _group, _version, resource] => resource,
+        _ => return false,
+    };
+    SHARDED_RESOURCES.contains(resource)
+}
+
+/// What `selector` must escape in a query value (everything but letters and digits is safe to
+/// escape; the server decodes it).
+const QUERY_VALUE: &AsciiSet = NON_ALPHANUMERIC;
+
+/// `uri` with `shardSelector=<selector>` appended, unless it already carries one.
+pub fn with_selector(uri: &Uri, selector: &str) -> Option<Uri> {
+    let query = uri.query().unwrap_or("");
+    if query
+        .split('&')
+        .any(|p| p.split('=').next() == Some(PARAMETER))
+    {
+        return None;
+    }
+    let encoded = utf8_percent_encode(selector, QUERY_VALUE);
+    let separator = if query.is_empty() { "" } else { "&" };
+    let path_and_query = format!("{}?{query}{separator}{PARAMETER}={encoded}", uri.path());
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query.parse().ok()?);
+    Uri::from_parts(parts).ok()
+}
+
+/// The selector for what `member` acts on in `view`: its ranges in the current assignment and,
+/// until it released them, in the previous one. `None` (send no selector) when an assignment is
+/// not made of hash ranges (an older replica's rendezvous), or when `member` owns nothing.
+pub fn selector_of(view: &ShardView, member: &str) -> Option<String> {
+    let previous = view.previous.as_ref().filter(|_| !view.released_previous);
+    let mut ranges = Vec::new();
+    for assignment in [view.current.as_ref(), previous].into_iter().flatten() {
+        ranges = union(&ranges, &assignment.ranges_of(member)?);
+    }
+    selector(NAMESPACE_FIELD, &ranges)
+}
+
+fn is_watch(uri: &Uri) -> bool {
+    uri.query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
+}
+
+#[derive(Clone)]
+pub struct ServerFilterLayer {
+    selector: watch::Receiver<Option<Arc<str>>>,
+}
+
+impl<S> Layer<S> for ServerFilterLayer {
+    type Service = ServerFilter<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ServerFilter {
+            inner,
+            selector: self.selector.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ServerFilter<S> {
+    inner: S,
+    selector: watch::Receiver<Option<Arc<str>>>,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ServerFilter<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+{
+    type Response = Response<EndOnChange<ResBody>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let sent = self.selector.borrow().clone();
+        let mut watch_until_changed = None;
+        if let Some(selector) = sent.as_deref()
+            && is_sharded_collection(req.method(), req.uri().path())
+            && let Some(uri) = with_selector(req.uri(), selector)
+        {
+            if is_watch(req.uri()) {
+                watch_until_changed = Some(until_changed(self.selector.clone(), sent));
+            }
+            *req.uri_mut() = uri;
+        }
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let response = fut.await?;
+            Ok(response.map(|body| EndOnChange::new(body, watch_until_changed)))
+        })
+    }
+}
+
+type Changed = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Resolves once the published selector differs from `sent` (never if the feed is gone).
+fn until_changed(
+    mut selector: watch::Receiver<Option<Arc<str>>>,
+    sent: Option<Arc<str>>,
+) -> Changed {
+    Box::pin(async move {
+        if selector.wait_for(|now| *now != sent).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
+}
+
+/// A response body that, for a watch, ends at the first event boundary after the selector it was
+/// opened with changed. Watch events are newline-delimited JSON, so a boundary is a `\n`.
+pub struct EndOnChange<B> {
+    inner: Pin<Box<B>>,
+    /// `None`: not a sharded watch, passed through untouched.
+    changed: Option<Changed>,
+    selector_changed: bool,
+    /// The last byte passed on was a `\n` (or nothing was passed on yet).
+    at_boundary: bool,
+    ended: bool,
+}
+
+impl<B> EndOnChange<B> {
+    fn new(inner: B, changed: Option<Changed>) -> Self {
+        Self {
+            inner: Box::pin(inner),
+            changed,
+            selector_changed: false,
+            at_boundary: true,
+            ended: false,
+        }
+    }
+}
+
+/// Where to cut a chunk once the selector has changed: after its first `\n` (the rest is part of
+/// an event the next watch sends again), `None` if it holds no boundary.
+pub fn cut_after_boundary(chunk: &[u8]) -> Option<usize> {
+    chunk.iter().position(|b| *b == b'\n').map(|i| i + 1)
+}
+
+impl<B: Body<Data = Bytes>> Body for EndOnChange<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(changed) = this.changed.as_mut()
+            && !this.selector_changed
+            && changed.as_mut().poll(cx).is_ready()
+        {
+            this.selector_changed = true;
+        }
+        if this.selector_changed && this.at_boundary {
+            this.ended = true;
+            return Poll::Ready(None);
+        }
+        let frame = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        let Some(data) = frame.data_ref() else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
+        if this.selector_changed
+            && let Some(cut) = cut_after_boundary(data)
+        {
+            this.ended = true;
+            return Poll::Ready(Some(Ok(Frame::data(data.slice(..cut)))));
+        }
+        if let Some(last) = data.last() {
+            this.at_boundary = *last == b'\n';
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.changed {
+            Some(_) => SizeHint::default(),
+            None => self.inner.size_hint(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,314 @@
+use std::sync::Mutex;
+
+use tokio::sync::mpsc;
+
+use super::*;
+
+#[test]
+fn only_cluster_wide_collections_of_sharded_kinds_are_sharded() {
+    let get = http::Method::GET;
+    assert!(is_sharded_collection(&get, "/api/v1/configmaps"));
+    assert!(is_sharded_collection(&get, "/api/v1/secrets"));
+    assert!(is_sharded_collection(&get, "/apis/apps/v1/deployments"));
+    assert!(is_sharded_collection(
+        &get,
+        "/apis/argoproj.io/v1alpha1/rollouts"
+    ));
+    assert!(
+        !is_sharded_collection(&get, "/api/v1/namespaces"),
+        "cluster-scoped"
+    );
+    assert!(
+        !is_sharded_collection(&get, "/api/v1/namespaces/a/configmaps"),
+        "one namespace: nothing to shard"
+    );
+    assert!(!is_sharded_collection(
+        &get,
+        "/api/v1/namespaces/a/configmaps/x"
+    ));
+    assert!(!is_sharded_collection(
+        &get,
+        "/apis/coordination.k8s.io/v1/leases"
+    ));
+    assert!(!is_sharded_collection(
+        &http::Method::PATCH,
+        "/apis/apps/v1/deployments"
+    ));
+}
+
+#[test]
+fn the_selector_is_appended_encoded_and_never_twice() {
+    let uri: Uri = "https://api:6443/api/v1/configmaps?watch=true&resourceVersion=5"
+        .parse()
+        .unwrap();
+    let selector = "shardRange(object.metadata.namespace, '0x00', '0x10') || x";
+    let sharded = with_selector(&uri, selector).unwrap();
+    let query = sharded.query().unwrap();
+    assert!(query.starts_with("watch=true&resourceVersion=5&shardSelector="));
+    let value = query.split("shardSelector=").nth(1).unwrap();
+    let decoded = percent_encoding::percent_decode_str(value)
+        .decode_utf8()
+        .unwrap();
+    assert_eq!(decoded, selector);
+    assert!(!value.contains(' ') && !value.contains('|') && !value.contains('\''));
+    assert_eq!(sharded.authority(), uri.authority());
+    assert!(
+        with_selector(&sharded, "other").is_none(),
+        "already carries one"
+    );
+    let bare: Uri = "/api/v1/secrets".parse().unwrap();
+    assert!(
+        with_selector(&bare, "s")
+            .unwrap()
+            .to_string()
+            .ends_with("/api/v1/secrets?shardSelector=s")
+    );
+}
+
+#[test]
+fn a_chunk_is_cut_after_its_first_event_boundary() {
+    assert_eq!(cut_after_boundary(b"}\n{\"type\""), Some(2));
+    assert_eq!(cut_after_boundary(b"\n"), Some(1));
+    assert_eq!(cut_after_boundary(b"{\"type\":\"ADDED\""), None);
+}
+
+/// A response body fed chunk by chunk by the test.
+struct ChunkBody(mpsc::UnboundedReceiver<Bytes>);
+
+impl Body for ChunkBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(c))))
+    }
+}
+
+/// Records the URI of each request and answers with the next body.
+struct Server {
+    seen: Arc<Mutex<Vec<Uri>>>,
+    bodies: Arc<Mutex<Vec<ChunkBody>>>,
+}
+
+impl Service<Request<()>> for Server {
+    type Response = Response<ChunkBody>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Response<ChunkBody>, Self::Error>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: Request<()>) -> Self::Future {
+        self.seen.lock().unwrap().push(req.uri().clone());
+        let body = self.bodies.lock().unwrap().remove(0);
+        std::future::ready(Ok(Response::new(body)))
+    }
+}
+
+struct Setup {
+    feed: SelectorFeed,
+    service: ServerFilter<Server>,
+    seen: Arc<Mutex<Vec<Uri>>>,
+    chunks: mpsc::UnboundedSender<Bytes>,
+}
+
+fn setup() -> Setup {
+    let feed = SelectorFeed::default();
+    let (chunks, rx) = mpsc::unbounded_channel();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let server = Server {
+        seen: seen.clone(),
+        bodies: Arc::new(Mutex::new(vec![ChunkBody(rx)])),
+    };
+    Setup {
+        service: feed.layer().layer(server),
+        feed,
+        seen,
+        chunks,
+    }
+}
+
+async fn next_chunk<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> Option<Bytes>
+where
+    B::Error: std::fmt::Debug,
+{
+    std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx))
+        .await
+        .map(|f| f.unwrap().into_data().unwrap())
+}
+
+fn request(uri: &str) -> Request<()> {
+    Request::get(uri).body(()).unwrap()
+}
+
+#[tokio::test]
+async fn a_watch_ends_at_the_first_boundary_after_the_selector_changed() {
+    let mut s = setup();
+    s.feed.publish(Some("A".into()));
+    let response = s
+        .service
+        .call(request("/api/v1/configmaps?watch=true"))
+        .await
+        .unwrap();
+    assert!(
+        s.seen.lock().unwrap()[0]
+            .query()
+            .unwrap()
+            .ends_with("&shardSelector=A")
+    );
+    let mut body = response.into_body();
+    s.chunks
+        .send(Bytes::from_static(b"{\"a\":1}\n{\"b\""))
+        .unwrap();
+    assert_eq!(
+        next_chunk(&mut body).await.unwrap(),
+        &b"{\"a\":1}\n{\"b\""[..]
+    );
+    assert!(
+        !s.feed.publish(Some("A".into())),
+        "the same selector is no change"
+    );
+    assert!(s.feed.publish(Some("B".into())));
+    s.chunks
+        .send(Bytes::from_static(b":2}\n{\"c\":3}\n"))
+        .unwrap();
+    assert_eq!(
+        next_chunk(&mut body).await.unwrap(),
+        &b":2}\n"[..],
+        "the event in progress is finished, the next one is left to the new watch"
+    );
+    assert!(next_chunk(&mut body).await.is_none());
+}
+
+#[tokio::test]
+async fn an_idle_watch_ends_as_soon_as_the_selector_changes() {
+    let mut s = setup();
+    s.feed.publish(Some("A".into()));
+    let mut body = s
+        .service
+        .call(request("/apis/apps/v1/deployments?watch=1"))
+        .await
+        .unwrap()
+        .into_body();
+    let feed = s.feed.clone();
+    tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        feed.publish(None);
+    });
+    assert!(
+        next_chunk(&mut body).await.is_none(),
+        "ends without any chunk"
+    );
+    drop(s.chunks);
+}
+
+#[tokio::test]
+async fn lists_and_unsharded_requests_pass_through() {
+    let mut s = setup();
+    let unsharded = "/api/v1/configmaps?watch=true";
+    let mut body = s
+        .service
+        .call(request(unsharded))
+        .await
+        .unwrap()
+        .into_body();
+    assert_eq!(
+        s.seen.lock().unwrap()[0],
+        unsharded,
+        "no selector published: none sent"
+    );
+    s.feed.publish(Some("A".into()));
+    s.chunks.send(Bytes::from_static(b"{}\n")).unwrap();
+    assert_eq!(
+        next_chunk(&mut body).await.unwrap(),
+        &b"{}\n"[..],
+        "a watch opened without a selector does not end when one appears"
+    );
+    drop(s.chunks);
+    assert!(next_chunk(&mut body).await.is_none());
+}
+
+#[tokio::test]
+async fn a_list_carries_the_selector_and_its_body_is_untouched() {
+    let mut s = setup();
+    s.feed.publish(Some("A".into()));
+    let mut body = s
+        .service
+        .call(request("/api/v1/secrets?limit=500"))
+        .await
+        .unwrap()
+        .into_body();
+    assert_eq!(
+        s.seen.lock().unwrap()[0],
+        "/api/v1/secrets?limit=500&shardSelector=A"
+    );
+    s.feed.publish(Some("B".into()));
+    s.chunks.send(Bytes::from_static(b"{\"items\":[")).unwrap();
+    assert_eq!(next_chunk(&mut body).await.unwrap(), &b"{\"items\":["[..]);
+}
+
+fn ranges_assignment(generation: u64, members: &[&str]) -> Arc<super::super::Assignment> {
+    Arc::new(super::super::Assignment {
+        generation,
+        members: members.iter().map(|m| m.to_string()).collect(),
+        scheme: super::super::Scheme::HashRanges,
+        ..Default::default()
+    })
+}
+
+/// Whether `selector` (as `selector_of` writes it) selects `namespace`.
+fn selects(selector: &str, namespace: &str) -> bool {
+    let hash = u128::from(crate::shard::ranges::fnv1a64(namespace));
+    selector.split(" || ").any(|range| {
+        let bounds: Vec<u128> = range
+            .split('\'')
+            .filter_map(|p| p.strip_prefix("0x"))
+            .map(|h| u128::from_str_radix(h, 16).unwrap())
+            .collect();
+        bounds[0] <= hash && hash < bounds[1]
+    })
+}
+
+#[test]
+fn the_selector_covers_the_previous_assignment_until_it_is_released() {
+    let three = ranges_assignment(1, &["a", "b", "c"]);
+    let four = ranges_assignment(2, &["a", "b", "c", "d"]);
+    let mut view = ShardView::default();
+    assert_eq!(selector_of(&view, "a"), None, "no assignment yet");
+    view.install(three.clone());
+    view.install(four.clone());
+    let overlap = selector_of(&view, "a").unwrap();
+    view.release_previous(2);
+    let released = selector_of(&view, "a").unwrap();
+    let namespaces: Vec<String> = (0..2000).map(|i| format!("tenant-{i:05}")).collect();
+    for ns in &namespaces {
+        let (before, after) = (three.owner(ns) == Some("a"), four.owner(ns) == Some("a"));
+        assert_eq!(
+            selects(&overlap, ns),
+            before || after,
+            "{ns} during the overlap"
+        );
+        assert_eq!(selects(&released, ns), after, "{ns} once released");
+    }
+    assert!(overlap.len() > released.len());
+}
+
+#[test]
+fn no_selector_while_an_assignment_is_rendezvous() {
+    let mut view = ShardView::default();
+    view.install(Arc::new(super::super::Assignment {
+        generation: 1,
+        members: vec!["a".into(), "b".into()],
+        ..Default::default()
+    }));
+    view.install(ranges_assignment(2, &["a", "b"]));
+    assert_eq!(
+        selector_of(&view, "a"),
+        None,
+        "the previous one is rendezvous"
+    );
+    view.release_previous(2);
+    assert!(selector_of(&view, "a").is_some());
+    assert_eq!(selector_of(&view, "z"), None, "a non-member owns nothing");
+}
