@@ -10,6 +10,9 @@
 #   hack/cluster.sh down        stop everything and delete the state dir
 #   hack/cluster.sh status      show processes, ports and health (exit 1 if not healthy)
 #   hack/cluster.sh env         print `export KUBECONFIG=...` and `export PATH=<bin>:$PATH`
+#   hack/cluster.sh gateless    start (or reuse) a second kube-apiserver on the same etcd with
+#                               the ShardedListAndWatch gate off (an older or unconfigured
+#                               server); prints its kubeconfig path (last stdout line)
 #
 # All state lives in $CACHE/cluster (CACHE=${KUBE_RELOADER_CACHE:-$HOME/.cache/kube-reloader}):
 # certs/, etcd/ (data), logs/, pids/, ports.env, kubeconfig. Progress goes to
@@ -34,6 +37,9 @@ READY_TIMEOUT=${KUBE_RELOADER_READY_TIMEOUT:-90} # seconds, for the whole start-
 
 # Order matters: started in this order, stopped in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager)
+# Started only by `gateless`, stopped with the rest.
+EXTRA_COMPONENTS=(kube-apiserver-gateless)
+GATELESS_KUBECONFIG=$STATE/gateless.kubeconfig
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -54,8 +60,11 @@ alive() {
     pid=$(pid_of "$1")
     [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
     argv0=$(head -z -n1 "/proc/$pid/cmdline" 2>/dev/null | tr -d '\0') || return 1
-    [[ ${argv0##*/} == "$1" ]]
+    [[ ${argv0##*/} == "$(binary_of "$1")" ]]
 }
+
+# binary_of NAME: the binary a component runs (the gateless apiserver is a kube-apiserver).
+binary_of() { echo "${1%-gateless}"; }
 
 # launch NAME ARGS...: start $BIN/NAME detached, logging to logs/NAME.log.
 # The tiny bash wrapper records its own pid and then execs the binary, so the
@@ -67,7 +76,7 @@ launch() {
     mkdir -p "$STATE/logs" "$STATE/pids"
     # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
     setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ \
-        "$STATE/pids/$name.pid" "$BIN/$name" "$@" \
+        "$STATE/pids/$name.pid" "$BIN/$(binary_of "$name")" "$@" \
         </dev/null >"$STATE/logs/$name.log" 2>&1 9>&- &
     # wait until the pid file is written (it is, almost immediately)
     local i
@@ -80,9 +89,9 @@ launch() {
 
 # stop_all: TERM everything recorded, then KILL what is left after a grace period.
 stop_all() {
-    local name pid i any
-    for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-        name=${COMPONENTS[i]}
+    local name pid i any all=("${COMPONENTS[@]}" "${EXTRA_COMPONENTS[@]}")
+    for ((i = ${#all[@]} - 1; i >= 0; i--)); do
+        name=${all[i]}
         if alive "$name"; then
             pid=$(pid_of "$name")
             log "stopping $name (pid $pid)"
@@ -91,11 +100,11 @@ stop_all() {
     done
     for i in $(seq 50); do # up to 10 s
         any=0
-        for name in "${COMPONENTS[@]}"; do alive "$name" && any=1; done
+        for name in "${all[@]}"; do alive "$name" && any=1; done
         ((any)) || return 0
         sleep 0.2
     done
-    for name in "${COMPONENTS[@]}"; do
+    for name in "${all[@]}"; do
         if alive "$name"; then
             log "$name did not exit after SIGTERM; sending SIGKILL"
             kill -KILL "$(pid_of "$name")" 2>/dev/null || true
@@ -298,6 +307,47 @@ EOF
 
 default_sa_exists() { kctl -n default get serviceaccount default >/dev/null 2>&1; }
 
+# launch_apiserver NAME ETCD_PORT PORT GATES: a kube-apiserver on etcd at ETCD_PORT.
+launch_apiserver() {
+    local name=$1 etcd_port=$2 api_port=$3 gates=$4 c=$STATE/certs
+    local dir=$STATE/apiserver audit=$STATE/logs/audit.log
+    if [[ $name != kube-apiserver ]]; then
+        dir=$STATE/$name audit=$STATE/logs/$name-audit.log
+    fi
+    launch "$name" \
+        --etcd-servers="http://127.0.0.1:$etcd_port" \
+        --bind-address=127.0.0.1 \
+        --advertise-address=127.0.0.1 \
+        --endpoint-reconciler-type=none \
+        --secure-port="$api_port" \
+        --cert-dir="$dir" \
+        --tls-cert-file="$c/apiserver.crt" \
+        --tls-private-key-file="$c/apiserver.key" \
+        --client-ca-file="$c/ca.crt" \
+        --requestheader-client-ca-file="$c/front-proxy-ca.crt" \
+        --requestheader-allowed-names=front-proxy-client \
+        --requestheader-username-headers=X-Remote-User \
+        --requestheader-group-headers=X-Remote-Group \
+        --requestheader-extra-headers-prefix=X-Remote-Extra- \
+        --proxy-client-cert-file="$c/front-proxy-client.crt" \
+        --proxy-client-key-file="$c/front-proxy-client.key" \
+        --authorization-mode=Node,RBAC \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --service-account-key-file="$c/sa.pub" \
+        --service-account-signing-key-file="$c/sa.key" \
+        --service-cluster-ip-range=10.96.0.0/16 \
+        --max-requests-inflight=800 \
+        --max-mutating-requests-inflight=400 \
+        --event-ttl=1h \
+        --watch-cache=true \
+        --audit-policy-file="$STATE/audit-policy.yaml" \
+        --audit-log-path="$audit" \
+        --audit-log-maxsize=500 \
+        --audit-log-maxbackup=1 \
+        --feature-gates="$gates" \
+        --profiling=false
+}
+
 start_cluster() {
     log "starting a fresh control plane in $STATE"
     rm -rf "$STATE"
@@ -346,38 +396,7 @@ EOF
     # in-flight limits are raised from 400/200 so the load tests measure the
     # controller, not the apiserver's throttling of one busy test client.
     log "starting kube-apiserver on https://127.0.0.1:$api_port"
-    launch kube-apiserver \
-        --etcd-servers="http://127.0.0.1:$etcd_port" \
-        --bind-address=127.0.0.1 \
-        --advertise-address=127.0.0.1 \
-        --endpoint-reconciler-type=none \
-        --secure-port="$api_port" \
-        --cert-dir="$STATE/apiserver" \
-        --tls-cert-file="$c/apiserver.crt" \
-        --tls-private-key-file="$c/apiserver.key" \
-        --client-ca-file="$c/ca.crt" \
-        --requestheader-client-ca-file="$c/front-proxy-ca.crt" \
-        --requestheader-allowed-names=front-proxy-client \
-        --requestheader-username-headers=X-Remote-User \
-        --requestheader-group-headers=X-Remote-Group \
-        --requestheader-extra-headers-prefix=X-Remote-Extra- \
-        --proxy-client-cert-file="$c/front-proxy-client.crt" \
-        --proxy-client-key-file="$c/front-proxy-client.key" \
-        --authorization-mode=Node,RBAC \
-        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-        --service-account-key-file="$c/sa.pub" \
-        --service-account-signing-key-file="$c/sa.key" \
-        --service-cluster-ip-range=10.96.0.0/16 \
-        --max-requests-inflight=800 \
-        --max-mutating-requests-inflight=400 \
-        --event-ttl=1h \
-        --watch-cache=true \
-        --audit-policy-file="$STATE/audit-policy.yaml" \
-        --audit-log-path="$STATE/logs/audit.log" \
-        --audit-log-maxsize=500 \
-        --audit-log-maxbackup=1 \
-        --feature-gates="$APISERVER_FEATURE_GATES" \
-        --profiling=false
+    launch_apiserver kube-apiserver "$etcd_port" "$api_port" "$APISERVER_FEATURE_GATES"
     echo "$APISERVER_FEATURE_GATES" >"$STATE/apiserver-feature-gates"
     wait_for kube-apiserver "/readyz on port $api_port" apiserver_ready
     log "kube-apiserver ready after ${SECONDS}s"
@@ -487,6 +506,35 @@ cmd_status() {
     return $rc
 }
 
+cmd_gateless() {
+    cmd_up >/dev/null
+    take_lock
+    # shellcheck disable=SC1091
+    . "$STATE/ports.env"
+    local ready=0
+    if alive kube-apiserver-gateless && [[ -f $GATELESS_KUBECONFIG ]] &&
+        [[ "$("$KUBECTL" --kubeconfig="$GATELESS_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]; then
+        log "reusing the gateless kube-apiserver"
+        ready=1
+    fi
+    if ((!ready)); then
+        local port
+        port=$(free_ports 1)
+        log "starting a gateless kube-apiserver on https://127.0.0.1:$port (same etcd)"
+        write_kubeconfig "$GATELESS_KUBECONFIG" kube-reloader-admin admin "$port"
+        SECONDS=0
+        DEADLINE=$READY_TIMEOUT
+        launch_apiserver kube-apiserver-gateless "$ETCD_CLIENT_PORT" "$port" "ShardedListAndWatch=false"
+        wait_for kube-apiserver-gateless "/readyz on port $port" gateless_ready
+        log "gateless kube-apiserver ready after ${SECONDS}s"
+    fi
+    echo "$GATELESS_KUBECONFIG"
+}
+
+gateless_ready() {
+    [[ "$("$KUBECTL" --kubeconfig="$GATELESS_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]
+}
+
 cmd_env() {
     echo "export KUBECONFIG=\"$KUBECONFIG_PATH\""
     echo "export PATH=\"$BIN:\$PATH\""
@@ -498,8 +546,9 @@ kubeconfig) cmd_up ;; # same as up; its last stdout line is the path
 down) cmd_down ;;
 status) cmd_status ;;
 env) cmd_env ;;
+gateless) cmd_gateless ;;
 *)
-    echo "usage: $0 up|down|kubeconfig|status|env" >&2
+    echo "usage: $0 up|down|kubeconfig|status|env|gateless" >&2
     exit 2
     ;;
 esac

@@ -22,7 +22,7 @@ use crate::rollout::{
 };
 use crate::shard::coordinator::{Coordinator, ShardError};
 use crate::shard::leader_lock::LeaderLock;
-use crate::shard::{Ownership, ShardState};
+use crate::shard::{Ownership, SelectorFeed, ShardState};
 use crate::telemetry::api_requests::CountRequestsLayer;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
@@ -104,6 +104,8 @@ struct Started {
     leader_lock: Option<Arc<LeaderLock>>,
     environment: crate::config::Environment,
     pod_name: Option<String>,
+    /// The shard selector the client sends, published by the shard view.
+    selector: SelectorFeed,
 }
 
 pub async fn run(flags: Flags) -> anyhow::Result<()> {
@@ -115,7 +117,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .transpose()
         .with_context(|| format!("--pprof-addr: '{}' is not host:port", flags.pprof_addr))?;
     let started = start(flags).await?;
-    let ownership = ownership_for(&started.settings);
+    let ownership = ownership_for(&started.settings, &started.selector);
     let shard_link = join_replica_set(&started.client, &started.settings, &ownership);
     let coordinator = shard_link.as_ref().map(|link| link.coordinator.clone());
     let index = Arc::new(ReverseIndex::new());
@@ -169,7 +171,8 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
     let pod_name = flags.pod_name.clone();
     let mut settings = Settings::try_from(flags)?;
     let metrics = Metrics::new(environment.counts_by_namespace());
-    let client = kube_client(&metrics).await?;
+    let selector = SelectorFeed::default();
+    let client = kube_client(&metrics, &selector).await?;
     detect_openshift(&client, &mut settings).await;
     let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
     let access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
@@ -203,6 +206,7 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
         leader_lock,
         environment,
         pod_name,
+        selector,
     })
 }
 
@@ -369,8 +373,12 @@ async fn review_access(
     Ok(plan)
 }
 
-/// The client, with kube-reloader's User-Agent and every request counted in the metrics.
-async fn kube_client(metrics: &Arc<Metrics>) -> anyhow::Result<kube::Client> {
+/// The client, with kube-reloader's User-Agent, every request counted in the metrics, and the
+/// shard selector on cluster-wide lists and watches once one is published.
+async fn kube_client(
+    metrics: &Arc<Metrics>,
+    selector: &SelectorFeed,
+) -> anyhow::Result<kube::Client> {
     let mut kube_config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration found (in-cluster or KUBECONFIG)")?;
@@ -381,16 +389,21 @@ async fn kube_client(metrics: &Arc<Metrics>) -> anyhow::Result<kube::Client> {
     ));
     Ok(kube::client::ClientBuilder::try_from(kube_config)
         .context("building the Kubernetes client")?
+        .with_layer(&selector.layer())
         .with_layer(&CountRequestsLayer::new(metrics.clone()))
         .build())
 }
 
-fn ownership_for(settings: &Settings) -> Arc<Ownership> {
+fn ownership_for(settings: &Settings, selector: &SelectorFeed) -> Arc<Ownership> {
     let ignored = settings.namespaces_to_ignore.clone();
     Arc::new(match &settings.shard {
         Some(shard) => Ownership::sharded(
             ignored,
-            Arc::new(ShardState::new(shard.me.clone(), shard.renew_deadline)),
+            Arc::new(ShardState::with_selector(
+                shard.me.clone(),
+                shard.renew_deadline,
+                selector.clone(),
+            )),
         ),
         None => Ownership::new(ignored, settings.namespace_selector.is_some()),
     })

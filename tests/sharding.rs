@@ -975,3 +975,169 @@ async fn a_failed_handover_list_is_retried_and_nothing_is_missed() {
         assert_eq!(hashes.len(), 1, "{ns}: rolled {hashes:?}");
     }
 }
+
+/// The size of the padding ConfigMap put in each namespace: the bytes a replica receives then
+/// show which namespaces the API server sent it.
+const PAD_BYTES: usize = 128 * 1024;
+
+/// Writes (creates, or replaces the value of) ConfigMap `pad` of [`PAD_BYTES`] in every namespace.
+async fn pad_everywhere(fleet: &Fleet, value: char) {
+    let data = json!({"p": value.to_string().repeat(PAD_BYTES)});
+    futures::stream::iter(fleet.namespaces.clone())
+        .for_each_concurrent(16, |ns| {
+            let data = data.clone();
+            async move {
+                let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                    Api::namespaced(fleet.client.clone(), &ns);
+                let cm: k8s_openapi::api::core::v1::ConfigMap =
+                    serde_json::from_value(json!({"metadata": {"name": "pad"}, "data": data}))
+                        .unwrap();
+                let pp = kube::api::PatchParams::apply("kube-reloader-test").force();
+                api.patch("pad", &pp, &kube::api::Patch::Apply(&cm))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+}
+
+async fn configmap_bytes(c: &Controller) -> f64 {
+    c.metric("kube_reloader_api_received_bytes_total{resource=\"configmaps\"}")
+        .await
+        .unwrap_or(0.0)
+}
+
+async fn configmap_watches(c: &Controller) -> f64 {
+    c.metric(
+        "kube_reloader_api_requests_total{verb=\"WATCH\",resource=\"configmaps\",code=\"200\"}",
+    )
+    .await
+    .unwrap_or(0.0)
+}
+
+/// ConfigMap bytes each replica received while every namespace's padding was written once (the
+/// watch events carry the objects), waiting until the one expected to get everything has.
+async fn bytes_while_padding(fleet: &Fleet, replicas: &[&Controller], value: char) -> Vec<f64> {
+    let mut before = Vec::new();
+    for r in replicas {
+        before.push(configmap_bytes(r).await);
+    }
+    pad_everywhere(fleet, value).await;
+    // Events arrive within a moment; a few seconds leaves room for a loaded machine.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut delta = Vec::new();
+    for (r, b) in replicas.iter().zip(before) {
+        delta.push(configmap_bytes(r).await - b);
+    }
+    delta
+}
+
+async fn server_side(c: &Controller) -> Option<f64> {
+    c.metric("kube_reloader_shard_server_side").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gate_on_each_replica_receives_its_share_and_a_handover_reopens_its_watches() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::new("shard-server", 24).await;
+    workloads(&fleet, 24).await;
+    pad_everywhere(&fleet, 'a').await;
+    let rollouts = Rollouts::record(&fleet);
+    let annotations = "--reload-strategy=annotations";
+    let r0 = fleet.replica("r0", &[annotations]).await;
+    let r1 = fleet.replica("r1", &[annotations]).await;
+    let off = fleet
+        .replica("r2", &[annotations, "--server-side-sharding=off"])
+        .await;
+    let assignment = fleet
+        .wait_members(&["r0", "r1", "r2"], Duration::from_secs(60))
+        .await;
+    let replicas = [("r0", &r0), ("r1", &r1), ("r2", &off)];
+    wait_owned_as(&fleet, &replicas, &assignment, Duration::from_secs(60)).await;
+    assert_eq!(
+        server_side(&r0).await,
+        Some(1.0),
+        "auto, and the gate is on"
+    );
+    assert_eq!(server_side(&off).await, Some(0.0));
+
+    let total = (fleet.namespaces.len() * PAD_BYTES) as f64;
+    let bytes = bytes_while_padding(&fleet, &[&r0, &r1, &off], 'b').await;
+    assert!(
+        bytes[2] >= total,
+        "off receives every namespace: {bytes:?} of {total}"
+    );
+    for (i, b) in bytes[..2].iter().enumerate() {
+        assert!(
+            *b < 0.6 * total,
+            "r{i} owns about a third but received {b} of {total} bytes: {bytes:?}"
+        );
+    }
+
+    // r2 leaves: r0 and r1 each gain namespaces, and their watches re-open with the new ranges.
+    let watches_before = configmap_watches(&r0).await;
+    let _ = off.terminate();
+    let assignment = fleet
+        .wait_members(&["r0", "r1"], Duration::from_secs(60))
+        .await;
+    let replicas = [("r0", &r0), ("r1", &r1)];
+    wait_owned_as(&fleet, &replicas, &assignment, Duration::from_secs(60)).await;
+    assert!(
+        configmap_watches(&r0).await > watches_before,
+        "r0's ConfigMap watch was not re-opened with its new selector"
+    );
+    rollouts.change_everywhere_and_wait(&fleet, "1").await;
+    rollouts.assert_no_duplicate().await;
+    let bytes = bytes_while_padding(&fleet, &[&r0, &r1], 'c').await;
+    for (i, b) in bytes.iter().enumerate() {
+        assert!(
+            *b < 0.8 * total,
+            "r{i} owns about half but received {b} of {total} bytes: {bytes:?}"
+        );
+    }
+    assert!(
+        bytes.iter().sum::<f64>() >= total,
+        "the two together got every namespace: {bytes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_gate_replicas_filter_on_arrival_and_miss_nothing() {
+    let _serial = SERIAL.lock().await;
+    let gateless = common::gateless_kubeconfig_path();
+    let gateless = gateless.to_str().unwrap();
+    let fleet = Fleet::new("shard-gateless", 12).await;
+    workloads(&fleet, 12).await;
+    let rollouts = Rollouts::record(&fleet);
+    let env = [("KUBECONFIG", gateless)];
+    let annotations = "--reload-strategy=annotations";
+    let r0 = fleet.replica_with_env("r0", &[annotations], &env).await;
+    let r1 = fleet
+        .replica_with_env("r1", &[annotations, "--server-side-sharding=on"], &env)
+        .await;
+    let assignment = fleet
+        .wait_members(&["r0", "r1"], Duration::from_secs(60))
+        .await;
+    let replicas = [("r0", &r0), ("r1", &r1)];
+    wait_owned_as(&fleet, &replicas, &assignment, Duration::from_secs(60)).await;
+    assert_eq!(
+        server_side(&r0).await,
+        Some(0.0),
+        "auto: the probe saw no shardInfo"
+    );
+    assert_eq!(server_side(&r1).await, Some(1.0), "on: sent even so");
+    assert!(
+        std::fs::read_to_string(&r1.log)
+            .unwrap()
+            .contains("did not apply the probe's shardSelector"),
+        "on against a gateless server says so"
+    );
+    let total = (fleet.namespaces.len() * PAD_BYTES) as f64;
+    let bytes = bytes_while_padding(&fleet, &[&r0, &r1], 'a').await;
+    assert!(
+        bytes.iter().all(|b| *b >= total),
+        "the server ignores the selector: each replica receives everything: {bytes:?} of {total}"
+    );
+    rollouts.change_everywhere_and_wait(&fleet, "1").await;
+    rollouts.assert_no_duplicate().await;
+}

@@ -175,6 +175,13 @@ pub struct Flags {
     #[serde(serialize_with = "serialize_go_duration")]
     pub retry_period: Duration,
 
+    /// With --sharding, ask the API server to send each replica only its namespaces (sharded
+    /// list and watch, feature gate ShardedListAndWatch): `auto` when a probe list shows the
+    /// server applies it, `on` always, `off` never (every replica receives everything and keeps
+    /// its own namespaces).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub server_side_sharding: crate::shard::ServerSharding,
+
     /// This replica's identity (the pod name, from the downward API).
     #[arg(long = "pod-name", env = "POD_NAME", hide = true)]
     pub pod_name: Option<String>,

@@ -406,6 +406,7 @@ fn shard_settings(f: &Flags) -> Result<Option<crate::shard::ShardSettings>, Conf
             namespace,
             me,
             sharding: f.sharding,
+            server_sharding: f.server_side_sharding,
             lease_duration,
             renew_deadline,
             retry_period,

@@ -3,7 +3,7 @@
 //! pause timers, one-time warnings. The watch layer decodes objects and calls these; it reads
 //! the index but never writes it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,14 +48,14 @@ pub struct Intake {
     /// Used Secrets not indexed, for the ignored-type check (`None`: no type is ignored).
     secret_notices: Option<mpsc::UnboundedSender<SecretNotice>>,
     secret_notice_receiver: Mutex<Option<mpsc::UnboundedReceiver<SecretNotice>>>,
-    /// Namespaces gained whose workloads the backfill has not listed yet. A live change of one
-    /// of their configs would fan out to no workload and leave the index on the new state, so
-    /// the backfill's own list would find nothing changed and the reload would be lost: such
-    /// changes are left to that list, which runs after the workloads'.
-    entering: dashmap::DashSet<String, ahash::RandomState>,
-    /// Configs whose live change was left to a backfill's list: when the list brings them, they
-    /// changed, whether or not the index held them before.
-    deferred: dashmap::DashSet<ConfigKey, ahash::RandomState>,
+    /// Namespaces gained whose configs the backfill has not listed yet, each with the live
+    /// changes of its configs met meanwhile (the newest per config). Acting on such a change at
+    /// once would fan out to workloads not indexed yet, or find a config the index does not hold
+    /// and take it for a creation; either way the index would hold the new state, the backfill's
+    /// list would find nothing changed, and the reload would be lost. So the changes wait for
+    /// the list, and those it did not cover (made after its snapshot) are acted on after it.
+    /// One map entry per namespace, so deferring a change and ending the wait never interleave.
+    entering: dashmap::DashMap<String, HashMap<ConfigKey, ConfigState>, ahash::RandomState>,
 }
 
 impl Intake {
@@ -86,7 +86,6 @@ impl Intake {
             secret_notices,
             secret_notice_receiver: Mutex::new(receiver),
             entering: Default::default(),
-            deferred: Default::default(),
         }
     }
 
@@ -271,43 +270,52 @@ impl Intake {
 impl Intake {
     /// A config was listed or changed; returns how many workloads were queued.
     pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
-        if phase.after_startup() && self.entering.contains(&*key.namespace) {
-            debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
-            // A relisted object is not known to have changed: remembering it would roll every
-            // workload of a namespace gained fresh when a watch breaks during its backfill.
-            if phase == Phase::Live {
-                self.deferred.insert(key);
+        let (state, phase) = match self.entering.get_mut(&*key.namespace) {
+            Some(mut waiting) if phase.after_startup() => {
+                debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
+                // A relisted object is not known to have changed: remembering it would roll
+                // every workload of a namespace gained fresh when a watch breaks during its
+                // backfill.
+                if phase == Phase::Live {
+                    defer(&mut waiting, key, state);
+                }
+                return 0;
             }
-            return 0;
-        }
-        let phase = match phase {
-            Phase::Backfill if self.deferred.remove(&key).is_some() => Phase::BackfillAfterChange,
-            other => other,
+            Some(mut waiting) if phase == Phase::Backfill => match waiting.remove(&key) {
+                Some(live) => (newer(state, live), Phase::BackfillAfterChange),
+                None => (state, phase),
+            },
+            _ => (state, phase),
         };
         self.configs.config_applied(key, state, phase)
     }
 
-    /// A backfill of `namespaces` starts: their workloads are not indexed yet.
+    /// A backfill of `namespaces` starts: their workloads and configs are not indexed yet.
     pub fn backfill_started(&self, namespaces: &[String]) {
         for namespace in namespaces {
             self.ownership.entered(namespace);
-            self.entering.insert(namespace.clone());
+            self.entering.entry(namespace.clone()).or_default();
         }
     }
 
-    /// The backfill of `namespaces` has listed their configs: changes it was left that it did
-    /// not list (the config was deleted meanwhile, or is not selected) are forgotten.
-    pub fn backfill_finished(&self, namespaces: &HashSet<String>) {
-        self.deferred
-            .retain(|key| !namespaces.contains(&*key.namespace));
-    }
-
-    /// The backfill has listed the workloads of `namespaces`: live config changes count again
-    /// (its config list, which follows, catches those made before).
-    pub fn workloads_backfilled<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) {
+    /// The backfill has listed the workloads and then the configs of `namespaces`: live changes
+    /// count again, and those met during the backfill that its list did not bring (made after
+    /// its snapshot, or of configs it did not list) are acted on now. Returns the workloads
+    /// queued.
+    pub fn configs_backfilled<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) -> usize {
+        let mut queued = 0;
         for namespace in namespaces {
-            self.entering.remove(namespace);
+            let Some((_, waiting)) = self.entering.remove(namespace) else {
+                continue;
+            };
+            for (key, state) in waiting {
+                // Never replaces a newer state (a live event may have come in since).
+                queued += self
+                    .configs
+                    .config_applied(key, state, Phase::BackfillAfterChange);
+            }
         }
+        queued
     }
 
     /// A config was deleted; returns how many workloads were queued.
@@ -318,5 +326,24 @@ impl Intake {
     /// Reconciles recorded hashes in `namespaces` (`None`: all owned).
     pub fn reconcile_recorded(&self, namespaces: Option<&HashSet<String>>) -> usize {
         self.configs.reconcile_recorded(namespaces)
+    }
+}
+
+/// Keeps the newest of the live changes of one config met during a backfill.
+fn defer(waiting: &mut HashMap<ConfigKey, ConfigState>, key: ConfigKey, state: ConfigState) {
+    match waiting.get(&key) {
+        Some(kept) if kept.resource_version > state.resource_version => {}
+        _ => {
+            waiting.insert(key, state);
+        }
+    }
+}
+
+/// The newer of a listed state and a live one (by resourceVersion).
+fn newer(listed: ConfigState, live: ConfigState) -> ConfigState {
+    if live.resource_version > listed.resource_version {
+        live
+    } else {
+        listed
     }
 }

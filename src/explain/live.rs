@@ -58,6 +58,11 @@ pub struct ShardReport {
     pub owned_here: bool,
     /// Not ignored and selected by the namespace selector.
     pub selected: bool,
+    /// The API server sends this replica only its namespaces (`--server-side-sharding`); false:
+    /// every object arrives and this replica keeps its own.
+    pub server_side: bool,
+    /// The shard selector sent with cluster-wide lists and watches, in ranges (0: none).
+    pub selector_ranges: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -168,6 +173,10 @@ impl LiveExplainer {
             }),
             owned_here: self.ownership.owns(namespace),
             selected: self.ownership.selects(namespace),
+            server_side: shard.is_some_and(|s| s.server_sharding()),
+            selector_ranges: shard
+                .and_then(|s| s.selector())
+                .map_or(0, |s| s.matches("shardRange(").count()),
         }
     }
 

@@ -32,6 +32,8 @@ pub struct ShardSettings {
     pub me: String,
     /// Split namespaces over all live replicas; false: plain `--enable-ha` (the leader does all).
     pub sharding: bool,
+    /// `--server-side-sharding`.
+    pub server_sharding: ServerSharding,
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,

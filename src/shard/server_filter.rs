@@ -188,14 +188,14 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let sent = self.selector.borrow().clone();
         let mut watch_until_changed = None;
-        if let Some(selector) = sent.as_deref()
-            && is_sharded_collection(req.method(), req.uri().path())
-            && let Some(uri) = with_selector(req.uri(), selector)
-        {
+        if is_sharded_collection(req.method(), req.uri().path()) {
+            // Also a watch opened without one: it re-opens once a selector is published.
             if is_watch(req.uri()) {
-                watch_until_changed = Some(until_changed(self.selector.clone(), sent));
+                watch_until_changed = Some(until_changed(self.selector.clone(), sent.clone()));
             }
-            *req.uri_mut() = uri;
+            if let Some(uri) = sent.as_deref().and_then(|s| with_selector(req.uri(), s)) {
+                *req.uri_mut() = uri;
+            }
         }
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -269,6 +269,7 @@ impl<B: Body<Data = Bytes>> Body for EndOnChange<B> {
         }
         if this.selector_changed && this.at_boundary {
             this.ended = true;
+            tracing::debug!("the shard selector changed: the watch ends, to re-open with it");
             return Poll::Ready(None);
         }
         let frame = match this.inner.as_mut().poll_frame(cx) {
@@ -282,6 +283,7 @@ impl<B: Body<Data = Bytes>> Body for EndOnChange<B> {
             && let Some(cut) = cut_after_boundary(data)
         {
             this.ended = true;
+            tracing::debug!("the shard selector changed: the watch ends, to re-open with it");
             return Poll::Ready(Some(Ok(Frame::data(data.slice(..cut)))));
         }
         if let Some(last) = data.last() {

@@ -1,17 +1,21 @@
-//! Counts every request the kube client sends, by verb, resource and status code, as a tower
-//! layer under the client, so nothing that talks to the API server can bypass it.
+//! Counts every request the kube client sends, by verb, resource and status code, and the bytes
+//! of every response body, by resource, as a tower layer under the client, so nothing that talks
+//! to the API server can bypass it.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
 use tower::{Layer, Service};
 
-/// Receives one observation per request.
+/// Receives one observation per request, and the bytes of its response as they arrive.
 pub trait RequestSink: Send + Sync + 'static {
     fn request(&self, verb: &'static str, resource: &str, code: u16);
+    fn received(&self, resource: &str, bytes: u64);
 }
 
 /// The verb as the API server would name it (watches are GETs with `watch=true`).
@@ -76,10 +80,11 @@ impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for CountRequests<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     S::Future: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
 {
-    type Response = S::Response;
+    type Response = Response<CountedBody<ResBody>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -87,7 +92,7 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let verb = verb_of(req.method(), req.uri().query());
-        let resource = resource_of(req.uri().path()).to_string();
+        let resource: Arc<str> = Arc::from(resource_of(req.uri().path()));
         let sink = self.sink.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -95,8 +100,48 @@ where
             // 0: no response (connection error, timeout).
             let code = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(0);
             sink.request(verb, &resource, code);
-            result
+            result.map(|response| {
+                response.map(|body| CountedBody {
+                    inner: Box::pin(body),
+                    sink,
+                    resource,
+                })
+            })
         })
+    }
+}
+
+/// A response body whose data frames are counted as they pass.
+pub struct CountedBody<B> {
+    inner: Pin<Box<B>>,
+    sink: Arc<dyn RequestSink>,
+    resource: Arc<str>,
+}
+
+impl<B: Body<Data = Bytes>> Body for CountedBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            this.sink.received(&this.resource, data.len() as u64);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -118,11 +118,13 @@ pub struct Metrics {
     ready: Gauge,
     access_fallbacks: Family<FallbackLabel, Gauge>,
     api_requests: Family<ApiRequestLabels, Counter>,
+    api_received_bytes: Family<ResourceLabel, Counter>,
     reconcile_total: Family<ResultLabel, Counter>,
     reconcile_duration: Family<ResultLabel, Histogram>,
     workloads_matched: Family<KindLabel, Counter>,
     breaker_trips: Counter,
     breakers_open: Gauge,
+    server_side_sharding: Gauge,
     breaker_held_changes: Counter,
 }
 
@@ -158,6 +160,7 @@ impl Metrics {
             ready: Gauge::default(),
             access_fallbacks: Family::default(),
             api_requests: Family::default(),
+            api_received_bytes: Family::default(),
             reconcile_total: Family::default(),
             reconcile_duration: Family::new_with_constructor(|| {
                 Histogram::new([0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
@@ -165,6 +168,7 @@ impl Metrics {
             workloads_matched: Family::default(),
             breaker_trips: Counter::default(),
             breakers_open: Gauge::default(),
+            server_side_sharding: Gauge::default(),
             breaker_held_changes: Counter::default(),
         };
         m.create_series();
@@ -344,6 +348,12 @@ impl Metrics {
             self.breakers_open.clone(),
         );
         own.register(
+            "shard_server_side",
+            "1 when the API server sends this replica only its namespaces (sharded list and \
+             watch), 0 when every object arrives and is filtered here.",
+            self.server_side_sharding.clone(),
+        );
+        own.register(
             "churn_breaker_held_changes",
             "Config changes that rolled nothing because the churn breaker was open.",
             self.breaker_held_changes.clone(),
@@ -399,6 +409,12 @@ impl Metrics {
             "api_requests",
             "Requests sent to the Kubernetes API server, by verb, resource and status code (0: no response).",
             self.api_requests.clone(),
+        );
+        own.register(
+            "api_received_bytes",
+            "Response body bytes received from the Kubernetes API server, by resource (watches \
+             included, as they stream).",
+            self.api_received_bytes.clone(),
         );
     }
 
@@ -592,6 +608,10 @@ impl ConfigObserver for Arc<Metrics> {
 }
 
 impl WatchObserver for Arc<Metrics> {
+    fn server_side_sharding(&self, on: bool) {
+        self.server_side_sharding.set(i64::from(on));
+    }
+
     fn watch_restarted(&self, resource: &'static str) {
         self.watch_restarts
             .get_or_create(&ResourceLabel {
@@ -618,6 +638,14 @@ impl crate::telemetry::api_requests::RequestSink for Metrics {
                 code: code.to_string(),
             })
             .inc();
+    }
+
+    fn received(&self, resource: &str, bytes: u64) {
+        self.api_received_bytes
+            .get_or_create(&ResourceLabel {
+                resource: resource.to_string(),
+            })
+            .inc_by(bytes);
     }
 }
 

@@ -77,20 +77,19 @@ impl WatchContext {
         let listed = std::sync::Mutex::new(HashSet::new());
         for target in self.list_targets(namespaces) {
             self.list_workloads(target, &wanted).await;
-            match target {
-                Some(ns) => self.engine.workloads_backfilled([ns]),
-                None => self
-                    .engine
-                    .workloads_backfilled(namespaces.iter().map(String::as_str)),
-            }
             // After the workloads: a config change met here fans out to them (see Intake).
             self.list_all_configs(target, &wanted, &listed).await;
+            match target {
+                Some(ns) => self.engine.configs_backfilled([ns]),
+                None => self
+                    .engine
+                    .configs_backfilled(namespaces.iter().map(String::as_str)),
+            };
         }
         self.engine
-            .workloads_backfilled(namespaces.iter().map(String::as_str));
+            .configs_backfilled(namespaces.iter().map(String::as_str));
         self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
         let set: HashSet<String> = namespaces.iter().cloned().collect();
-        self.engine.backfill_finished(&set);
         let queued = self.engine.reconcile_recorded(Some(&set));
         info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
     }

@@ -13,6 +13,7 @@ mod ignored_secrets;
 mod list_strategy;
 mod listed;
 mod namespaces;
+mod server_sharding;
 mod workloads;
 
 use std::sync::Arc;
@@ -52,6 +53,8 @@ pub trait WatchObserver: Send + Sync + 'static {
     fn watch_restarted(&self, _resource: &'static str) {}
     /// A LIST of a shard handover or namespace backfill failed and will be retried.
     fn backfill_list_failed(&self, _resource: &'static str) {}
+    /// Whether the API server is asked to send only this replica's namespaces.
+    fn server_side_sharding(&self, _on: bool) {}
 }
 
 impl WatchObserver for () {}
@@ -130,6 +133,7 @@ impl WatchContext {
             }
             None => 0,
         };
+        self.decide_server_sharding().await;
         // One empty watch request (milliseconds) decides how every list starts.
         let streaming = self.clone().probe_streaming_lists().await;
         let workloads_synced = workloads::spawn_all(&self, &mut tasks, streaming);

@@ -44,6 +44,31 @@ pub fn kubeconfig_path() -> &'static PathBuf {
     })
 }
 
+/// A second kube-apiserver on the same etcd with the ShardedListAndWatch gate off, as an older
+/// or unconfigured server (`hack/cluster.sh gateless`): the kubeconfig to reach it.
+pub fn gateless_kubeconfig_path() -> PathBuf {
+    kubeconfig_path();
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/cluster.sh"))
+        .arg("gateless")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running hack/cluster.sh gateless");
+    assert!(
+        out.status.success(),
+        "the gateless kube-apiserver did not start (hack/cluster.sh gateless exited with {}); see its output above",
+        out.status
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .expect("cluster.sh printed a path")
+            .trim(),
+    )
+}
+
 pub async fn client() -> Client {
     let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("reading the test kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

@@ -204,7 +204,7 @@ async fn an_idle_watch_ends_as_soon_as_the_selector_changes() {
 }
 
 #[tokio::test]
-async fn lists_and_unsharded_requests_pass_through() {
+async fn a_watch_opened_without_a_selector_reopens_once_one_is_published() {
     let mut s = setup();
     let unsharded = "/api/v1/configmaps?watch=true";
     let mut body = s
@@ -218,12 +218,33 @@ async fn lists_and_unsharded_requests_pass_through() {
         unsharded,
         "no selector published: none sent"
     );
+    s.chunks.send(Bytes::from_static(b"{}\n")).unwrap();
+    assert_eq!(next_chunk(&mut body).await.unwrap(), &b"{}\n"[..]);
     s.feed.publish(Some("A".into()));
+    assert!(
+        next_chunk(&mut body).await.is_none(),
+        "ends, to re-open with the selector"
+    );
+}
+
+#[tokio::test]
+async fn other_requests_pass_through_untouched() {
+    let mut s = setup();
+    s.feed.publish(Some("A".into()));
+    let namespaced = "/api/v1/namespaces/a/configmaps?watch=true";
+    let mut body = s
+        .service
+        .call(request(namespaced))
+        .await
+        .unwrap()
+        .into_body();
+    assert_eq!(s.seen.lock().unwrap()[0], namespaced);
+    s.feed.publish(Some("B".into()));
     s.chunks.send(Bytes::from_static(b"{}\n")).unwrap();
     assert_eq!(
         next_chunk(&mut body).await.unwrap(),
         &b"{}\n"[..],
-        "a watch opened without a selector does not end when one appears"
+        "a namespaced watch does not end when the selector changes"
     );
     drop(s.chunks);
     assert!(next_chunk(&mut body).await.is_none());
