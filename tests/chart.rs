@@ -373,6 +373,7 @@ fn more_than_one_replica_turns_on_sharding_with_pod_identity_and_anti_affinity()
         "--lease-duration=15s",
         "--renew-deadline=10s",
         "--retry-period=2s",
+        "--server-side-sharding=auto",
     ] {
         assert!(
             has_arg(&objects, arg),
@@ -439,6 +440,16 @@ fn more_than_one_replica_turns_on_sharding_with_pod_identity_and_anti_affinity()
     assert!(has_arg(&objects, "--lease-duration=30s"));
     assert!(has_arg(&objects, "--renew-deadline=20s"));
     assert!(has_arg(&objects, "--retry-period=5s"));
+    // An unquoted on/off reaches the template as a YAML boolean.
+    for (value, arg) in [
+        (json!("off"), "--server-side-sharding=off"),
+        (json!(false), "--server-side-sharding=off"),
+        (json!(true), "--server-side-sharding=on"),
+    ] {
+        let objects = render(json!({"reloader": {"deployment": {"replicas": 2},
+            "sharding": {"serverSide": value}}}));
+        assert!(has_arg(&objects, arg), "{arg}: {:?}", args(&objects));
+    }
     let objects = render(json!({"reloader": {"deployment": {"replicas": 2},
         "sharding": {"enabled": false}}}));
     assert!(arg_with_prefix(&objects, "--sharding").is_none());

@@ -357,6 +357,12 @@ fn resource_rows(rows: &mut Rows, r: &Value) {
 /// The controller's requests and bytes received (counting proxy), and its requests by user
 /// agent (the API server's audit log).
 fn api_rows(rows: &mut Rows, r: &Value) {
+    if let Some(cpu) = r["run"]["apiserver_cpu_s"].as_f64() {
+        rows.row(
+            "kube-apiserver CPU-seconds (controller start -> end of the run)",
+            format!("{cpu}"),
+        );
+    }
     let api = &r["api_requests"];
     if api.get("startup_total").is_some() {
         rows.row(

@@ -509,12 +509,18 @@ fn sharding_report(ctl: &Controllers, f: &Final, population: &Value) -> Option<V
         .iter()
         .map(|m| m.as_deref().and_then(sharded::owned_namespaces))
         .collect();
+    let received_end: Vec<Option<f64>> = f
+        .metrics
+        .iter()
+        .map(|m| m.as_deref().and_then(sharded::received_mib_of))
+        .collect();
     let n_namespaces = population["namespaces"].as_u64().unwrap_or(0) as usize;
     Some(sharded::report(
         &ctl.names(),
         &f.per_process,
         c,
         &owned_end,
+        &received_end,
         n_namespaces,
     ))
 }

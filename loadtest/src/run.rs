@@ -80,7 +80,11 @@ pub async fn run_one(
     let (n_objects, setup_s) =
         setup::create(args, client, &populated.pop, &env.plan, &env.run_id, &own).await?;
 
+    let apiserver_before = crate::controller::apiserver_cpu_s(kubeconfig);
     let result = measure(&env, populated, own, &mut rng).await;
+    let apiserver_cpu_s = apiserver_before
+        .zip(crate::controller::apiserver_cpu_s(kubeconfig))
+        .map(|(before, after)| report::round(after - before));
     if matches!(scenario, Scenario::Poisoned | Scenario::Chaos) {
         // Normally removed by the run; a failed run must not leave it refusing writes.
         tenancy::unpoison(client, &env.run_id).await;
@@ -91,6 +95,8 @@ pub async fn run_one(
     report["run"]["setup_s"] = json!(report::round(setup_s));
     report["run"]["objects_created"] = json!(n_objects);
     report["run"]["loadavg_start"] = json!(loadavg_start);
+    // From the controller's start to the end of the run (not the population's creation).
+    report["run"]["apiserver_cpu_s"] = json!(apiserver_cpu_s);
     report["run"]["seed"] = json!(seed);
     write_results(&env, &report)?;
     Ok((passed, markdown::summary_row(&report)))

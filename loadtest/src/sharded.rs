@@ -19,6 +19,10 @@ use crate::report::{self, Resources};
 /// kube-reloader's assignment ConfigMap (src/shard/coordinator.rs).
 pub const ASSIGNMENT_CONFIGMAP: &str = "kube-reloader-shard-assignment";
 const OWNED_METRIC: &str = "kube_reloader_owned_namespaces";
+/// Response bytes a replica received from the API server (all resources).
+const RECEIVED_METRIC: &str = "kube_reloader_api_received_bytes_total";
+/// 1 when the API server shards the replica's lists and watches (`--server-side-sharding`).
+const SERVER_SIDE_METRIC: &str = "kube_reloader_shard_server_side";
 
 /// The label value of the Lease namespace: `<run id>-leases`, so the controller's selector
 /// (`<run id>`) does not pick it, while `--cleanup` (the label's presence) and the run's cleanup
@@ -81,6 +85,11 @@ pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     found
 }
 
+/// MiB a replica received from the API server, from its /metrics.
+pub fn received_mib_of(metrics_text: &str) -> Option<f64> {
+    metric_sum(metrics_text, RECEIVED_METRIC, &[]).map(|b| report::round(b / 1048576.0))
+}
+
 /// Owned namespaces reported by a replica's /metrics.
 pub fn owned_namespaces(metrics_text: &str) -> Option<u64> {
     metric_sum(metrics_text, OWNED_METRIC, &[]).map(|v| v as u64)
@@ -112,6 +121,10 @@ pub struct Converged {
     pub after_s: f64,
     pub generation: u64,
     pub owned: Vec<u64>,
+    /// MiB each replica had received from the API server then.
+    pub received_mib: Vec<Option<f64>>,
+    /// Whether the API server shards each replica's watches.
+    pub server_side: Vec<Option<bool>>,
 }
 
 /// The replicas of a run, by index.
@@ -157,10 +170,16 @@ pub async fn wait_converged(
                 assignment.as_ref().map_or(0, |a| a.generation)
             );
         }
-        let mut owned = Vec::new();
+        let (mut owned, mut received_mib, mut server_side) = (Vec::new(), Vec::new(), Vec::new());
         for u in metrics_urls {
-            let text = get_text(u).await.filter(|(c, _)| *c == 200);
-            owned.push(text.and_then(|(_, t)| owned_namespaces(&t)).unwrap_or(0));
+            let text = get_text(u).await.filter(|(c, _)| *c == 200).map(|(_, t)| t);
+            let text = text.as_deref();
+            owned.push(text.and_then(owned_namespaces).unwrap_or(0));
+            received_mib.push(text.and_then(received_mib_of));
+            server_side.push(
+                text.and_then(|t| metric_sum(t, SERVER_SIDE_METRIC, &[]))
+                    .map(|v| v > 0.0),
+            );
         }
         let sum: u64 = owned.iter().sum();
         if why.is_empty() && sum != namespaces as u64 {
@@ -171,6 +190,8 @@ pub async fn wait_converged(
                 after_s: started.elapsed().as_secs_f64(),
                 generation: assignment.map_or(0, |a| a.generation),
                 owned,
+                received_mib,
+                server_side,
             });
         }
         if started.elapsed() > timeout {
@@ -190,6 +211,7 @@ pub fn report(
     resources: &[Resources],
     converged: &Converged,
     owned_end: &[Option<u64>],
+    received_end_mib: &[Option<f64>],
     namespaces: usize,
 ) -> Value {
     let replicas: Vec<Value> = names
@@ -200,6 +222,9 @@ pub fn report(
                 "name": n,
                 "owned_namespaces_at_ready": converged.owned.get(i),
                 "owned_namespaces_at_end": owned_end.get(i).copied().flatten(),
+                "server_side_sharding": converged.server_side.get(i).copied().flatten(),
+                "received_mib_at_ready": converged.received_mib.get(i).copied().flatten(),
+                "received_mib_at_end": received_end_mib.get(i).copied().flatten(),
                 "resources": resources.get(i),
             })
         })
@@ -254,9 +279,12 @@ pub fn markdown_rows(r: &Value) -> Vec<(String, String)> {
         rows.push((
             format!("  {}", rep["name"].as_str().unwrap_or("")),
             format!(
-                "owns {} namespaces ({} at the end) · RSS at ready {} MiB · steady {} MiB · peak {} MiB · CPU-s to ready {} · change phase {} · total {}",
+                "owns {} namespaces ({} at the end) · server-side sharding {} · received {} MiB by ready, {} MiB in all · RSS at ready {} MiB · steady {} MiB · peak {} MiB · CPU-s to ready {} · change phase {} · total {}",
                 rep["owned_namespaces_at_ready"],
                 rep["owned_namespaces_at_end"],
+                rep["server_side_sharding"],
+                rep["received_mib_at_ready"],
+                rep["received_mib_at_end"],
                 res["rss_at_ready_mib"],
                 res["rss_steady_mib"],
                 res["rss_peak_mib"],
