@@ -585,7 +585,7 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_nothing() {
+async fn scaling_1_4_1_under_continuous_changes_misses_nothing_and_duplicates_nothing() {
     let _serial = SERIAL.lock().await;
     let fleet = Fleet::new("shard-scale", 30).await;
     workloads(&fleet, 30).await;
@@ -637,12 +637,16 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
     let r2 = fleet
         .replica("r2", &["--reload-strategy=annotations"])
         .await;
+    let r3 = fleet
+        .replica("r3", &["--reload-strategy=annotations"])
+        .await;
     fleet
-        .wait_members(&["r0", "r1", "r2"], Duration::from_secs(45))
+        .wait_members(&["r0", "r1", "r2", "r3"], Duration::from_secs(45))
         .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(r1.stop().await.success());
     assert!(r2.stop().await.success());
+    assert!(r3.stop().await.success());
     fleet.wait_members(&["r0"], Duration::from_secs(45)).await;
     let history = driver.await.unwrap();
     let changes = history.len();
@@ -709,7 +713,7 @@ async fn scaling_1_3_1_under_continuous_changes_misses_nothing_and_duplicates_no
     }
     assert!(missed.is_empty(), "changes never reloaded: {missed:?}");
     eprintln!(
-        "{changes} config changes, {total} rollouts across scale 1 -> 3 -> 1, none missed, no duplicate"
+        "{changes} config changes, {total} rollouts across scale 1 -> 4 -> 1, none missed, no duplicate"
     );
     // The last replica has nobody to hand over to: it exits without waiting for the deadline.
     let stopping = Instant::now();
