@@ -321,11 +321,8 @@ fn intake_of(e: &Arc<Engine<Writes, ()>>) -> Intake {
     Intake::new(e.clone(), EventSink::new(client, None), pauses)
 }
 
-/// The same through the Intake, as the watches drive it: a live change met while the
-/// namespace's workloads are listed is left to the backfill's config list, which then rolls
-/// the workload although the index never held the config.
-#[tokio::test]
-async fn a_live_change_left_to_the_backfill_is_rolled_when_the_backfill_lists_it() {
+/// An engine holding one `auto` Deployment, and an Intake over it.
+fn auto_deployment_with_intake() -> (Arc<Engine<Writes, ()>>, Writes, Intake) {
     let (e, writes) = engine(&[]);
     deployment(
         &e,
@@ -335,6 +332,15 @@ async fn a_live_change_left_to_the_backfill_is_rolled_when_the_backfill_lists_it
     );
     let e = Arc::new(e);
     let intake = intake_of(&e);
+    (e, writes, intake)
+}
+
+/// The same through the Intake, as the watches drive it: a live change met while the
+/// namespace's workloads are listed is left to the backfill's config list, which then rolls
+/// the workload although the index never held the config.
+#[tokio::test]
+async fn a_live_change_left_to_the_backfill_is_rolled_when_the_backfill_lists_it() {
+    let (e, writes, intake) = auto_deployment_with_intake();
     intake.backfill_started(&["ns".to_string()]);
     assert_eq!(intake.config_applied(cfg(), state("v2"), Phase::Live), 0);
     assert_eq!(
@@ -364,15 +370,7 @@ async fn a_live_change_left_to_the_backfill_is_rolled_when_the_backfill_lists_it
 /// acted on when the backfill ends.
 #[tokio::test]
 async fn a_live_change_during_the_config_list_of_a_backfill_is_not_taken_for_a_creation() {
-    let (e, writes) = engine(&[]);
-    deployment(
-        &e,
-        "auto",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!([]),
-    );
-    let e = Arc::new(e);
-    let intake = intake_of(&e);
+    let (e, writes, intake) = auto_deployment_with_intake();
     let at = |value: &str, rv: u64| ConfigState {
         resource_version: rv,
         ..state(value)

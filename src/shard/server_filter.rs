@@ -25,27 +25,29 @@ use tower::{Layer, Service};
 
 use super::ShardView;
 use super::ranges::{selector, union};
+use crate::model::WorkloadKind;
+use crate::resources::{api_resource, spc_pod_status_resource};
 
 /// The field every selector hashes.
 pub const NAMESPACE_FIELD: &str = "object.metadata.namespace";
 /// The query parameter the API server reads the selector from.
 const PARAMETER: &str = "shardSelector";
 
-/// The namespaced kinds whose cluster-wide lists and watches are sharded (plural names). Cluster-
-/// scoped kinds (Namespaces) have no namespace to hash; Leases and the assignment are read per
-/// namespace and never match.
-const SHARDED_RESOURCES: &[&str] = &[
-    "configmaps",
-    "secrets",
-    "secretproviderclasspodstatuses",
-    "deployments",
-    "statefulsets",
-    "daemonsets",
-    "cronjobs",
-    "jobs",
-    "rollouts",
-    "deploymentconfigs",
-];
+/// The namespaced kinds whose cluster-wide lists and watches are sharded (plural names): the
+/// configs and workloads the controller indexes. Cluster-scoped kinds (Namespaces) have no
+/// namespace to hash; Leases and the assignment are read per namespace and never match.
+fn sharded_resources() -> &'static [String] {
+    static RESOURCES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    RESOURCES.get_or_init(|| {
+        let configs = ["configmaps".to_string(), "secrets".to_string()];
+        let workloads = WorkloadKind::ALL.map(|kind| api_resource(kind).plural);
+        configs
+            .into_iter()
+            .chain([spc_pod_status_resource().plural])
+            .chain(workloads)
+            .collect()
+    })
+}
 
 /// Whether to ask the API server to shard (`--server-side-sharding`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
@@ -109,7 +111,7 @@ pub fn is_sharded_collection(method: &http::Method, path: &str) -> bool {
         ["apis", _group, _version, resource] => resource,
         _ => return false,
     };
-    SHARDED_RESOURCES.contains(resource)
+    sharded_resources().iter().any(|r| r == resource)
 }
 
 /// What `selector` must escape in a query value (everything but letters and digits is safe to
