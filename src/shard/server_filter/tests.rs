@@ -14,6 +14,16 @@ fn only_cluster_wide_collections_of_sharded_kinds_are_sharded() {
         &get,
         "/apis/argoproj.io/v1alpha1/rollouts"
     ));
+    for every_kind in [
+        "/apis/apps/v1/statefulsets",
+        "/apis/apps/v1/daemonsets",
+        "/apis/batch/v1/cronjobs",
+        "/apis/batch/v1/jobs",
+        "/apis/apps.openshift.io/v1/deploymentconfigs",
+        "/apis/secrets-store.csi.x-k8s.io/v1/secretproviderclasspodstatuses",
+    ] {
+        assert!(is_sharded_collection(&get, every_kind), "{every_kind}");
+    }
     assert!(
         !is_sharded_collection(&get, "/api/v1/namespaces"),
         "cluster-scoped"
