@@ -275,9 +275,9 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- if include "kube-reloader.sharding" . }}
 {{- $s := $v.sharding -}}
 {{- $a = concat $a (list "--sharding=true" (printf "--lease-duration=%s" $s.leaseDuration) (printf "--renew-deadline=%s" $s.renewDeadline) (printf "--retry-period=%s" $s.retryPeriod)) -}}
-{{- /* YAML reads an unquoted on/off as true/false. */ -}}
-{{- $server := $s.serverSide | default "auto" -}}
-{{- if kindIs "bool" $server }}{{ $server = ternary "on" "off" $server }}{{ end -}}
+{{- /* YAML reads an unquoted on/off as true/false (and `default` takes false for unset). */ -}}
+{{- $server := "auto" -}}
+{{- if kindIs "bool" $s.serverSide }}{{ $server = ternary "on" "off" $s.serverSide }}{{ else if $s.serverSide }}{{ $server = $s.serverSide }}{{ end -}}
 {{- $a = append $a (printf "--server-side-sharding=%s" $server) -}}
 {{- end -}}
 {{- $r := $v.rateLimit -}}
