@@ -320,6 +320,10 @@ impl Intake {
 
     /// A config was deleted; returns how many workloads were queued.
     pub fn config_deleted(&self, key: &ConfigKey) -> usize {
+        // A change of it deferred during a backfill must not bring it back when the backfill ends.
+        if let Some(mut waiting) = self.entering.get_mut(&*key.namespace) {
+            waiting.remove(key);
+        }
         self.configs.config_deleted(key)
     }
 

@@ -405,6 +405,19 @@ async fn a_live_change_during_the_config_list_of_a_backfill_is_not_taken_for_a_c
     );
     settle(&e).await;
     assert_eq!(writes.0.lock().unwrap().len(), 2);
+
+    // Changed, then deleted, during a backfill: nothing is acted on when it ends.
+    intake.backfill_started(&["ns".to_string()]);
+    assert_eq!(intake.config_applied(cfg(), at("v4", 40), Phase::Live), 0);
+    intake.config_deleted(&cfg());
+    assert_eq!(
+        intake.configs_backfilled(["ns"]),
+        0,
+        "a deleted config stays deleted"
+    );
+    assert!(e.index.config(&cfg()).is_none());
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 2);
 }
 
 /// A ConfigMap `cfg` with keys `a` and `b`, digested per key as with `--precise-keys` on.
