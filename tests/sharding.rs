@@ -1036,6 +1036,29 @@ async fn bytes_while_padding(fleet: &Fleet, replicas: &[&Controller], value: cha
     delta
 }
 
+/// Waits until the namespaces of earlier scenarios are gone: while they are deleted, their
+/// ConfigMaps' deletion events would count in the bytes a replica receives.
+async fn wait_earlier_fleets_gone() {
+    let api: Api<Namespace> = Api::all(client().await);
+    wait_for(
+        "the namespaces of earlier scenarios to be deleted",
+        Duration::from_secs(120),
+        || async {
+            let mut left = 0;
+            for label in ["kr-shard-run", "kr-shard-home"] {
+                left += api
+                    .list_metadata(&ListParams::default().labels(label))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len();
+            }
+            (left == 0).then_some(()).ok_or(format!("{left} left"))
+        },
+    )
+    .await;
+}
+
 async fn server_side(c: &Controller) -> Option<f64> {
     c.metric("kube_reloader_shard_server_side").await
 }
@@ -1043,6 +1066,7 @@ async fn server_side(c: &Controller) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_gate_on_each_replica_receives_its_share_and_a_handover_reopens_its_watches() {
     let _serial = SERIAL.lock().await;
+    wait_earlier_fleets_gone().await;
     let fleet = Fleet::new("shard-server", 24).await;
     workloads(&fleet, 24).await;
     pad_everywhere(&fleet, 'a').await;
@@ -1086,10 +1110,19 @@ async fn with_the_gate_on_each_replica_receives_its_share_and_a_handover_reopens
         .await;
     let replicas = [("r0", &r0), ("r1", &r1)];
     wait_owned_as(&fleet, &replicas, &assignment, Duration::from_secs(60)).await;
-    assert!(
-        configmap_watches(&r0).await > watches_before,
-        "r0's ConfigMap watch was not re-opened with its new selector"
-    );
+    // The re-opened watch is counted when its response comes back, a moment after the old one
+    // ended: ask until it is.
+    wait_for(
+        "r0's ConfigMap watch re-opened with its new selector",
+        Duration::from_secs(10),
+        || async {
+            let now = configmap_watches(&r0).await;
+            (now > watches_before).then_some(()).ok_or(format!(
+                "{now} watches, {watches_before} before the handover"
+            ))
+        },
+    )
+    .await;
     rollouts.change_everywhere_and_wait(&fleet, "1").await;
     rollouts.assert_no_duplicate().await;
     let bytes = bytes_while_padding(&fleet, &[&r0, &r1], 'c').await;
