@@ -15,8 +15,13 @@ use tower::{Layer, Service};
 /// Receives one observation per request, and the bytes of its response as they arrive.
 pub trait RequestSink: Send + Sync + 'static {
     fn request(&self, verb: &'static str, resource: &str, code: u16);
-    fn received(&self, resource: &str, bytes: u64);
+    /// Where the response bytes of one request to `resource` are added, looked up once per
+    /// request (a watch body counts every chunk it streams).
+    fn receiver(&self, resource: &str) -> ByteCounter;
 }
+
+/// Adds response bytes to one resource's count.
+pub type ByteCounter = Box<dyn Fn(u64) + Send + Sync>;
 
 /// The verb as the API server would name it (watches are GETs with `watch=true`).
 pub fn verb_of(method: &http::Method, query: Option<&str>) -> &'static str {
@@ -92,7 +97,7 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let verb = verb_of(req.method(), req.uri().query());
-        let resource: Arc<str> = Arc::from(resource_of(req.uri().path()));
+        let resource = resource_of(req.uri().path()).to_string();
         let sink = self.sink.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -103,8 +108,7 @@ where
             result.map(|response| {
                 response.map(|body| CountedBody {
                     inner: Box::pin(body),
-                    sink,
-                    resource,
+                    count: sink.receiver(&resource),
                 })
             })
         })
@@ -114,8 +118,7 @@ where
 /// A response body whose data frames are counted as they pass.
 pub struct CountedBody<B> {
     inner: Pin<Box<B>>,
-    sink: Arc<dyn RequestSink>,
-    resource: Arc<str>,
+    count: ByteCounter,
 }
 
 impl<B: Body<Data = Bytes>> Body for CountedBody<B> {
@@ -131,7 +134,7 @@ impl<B: Body<Data = Bytes>> Body for CountedBody<B> {
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
-            this.sink.received(&this.resource, data.len() as u64);
+            (this.count)(data.len() as u64);
         }
         polled
     }

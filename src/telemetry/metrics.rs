@@ -640,12 +640,16 @@ impl crate::telemetry::api_requests::RequestSink for Metrics {
             .inc();
     }
 
-    fn received(&self, resource: &str, bytes: u64) {
-        self.api_received_bytes
+    fn receiver(&self, resource: &str) -> crate::telemetry::api_requests::ByteCounter {
+        let counter = self
+            .api_received_bytes
             .get_or_create(&ResourceLabel {
                 resource: resource.to_string(),
             })
-            .inc_by(bytes);
+            .clone();
+        Box::new(move |bytes| {
+            counter.inc_by(bytes);
+        })
     }
 }
 

@@ -7,14 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
 use crate::model::ConfigKind;
 use crate::shard::ServerSharding;
 use crate::shard::ranges::{HashRange, selector};
-use crate::shard::server_filter::NAMESPACE_FIELD;
+use crate::shard::server_filter::{NAMESPACE_FIELD, with_selector};
 
 use super::WatchContext;
 
@@ -127,10 +126,10 @@ impl WatchContext {
             end: 1 << 64,
         }];
         let all = selector(NAMESPACE_FIELD, &everything).expect("one range");
-        let url = format!(
-            "/api/v1/{resource}?limit=1&shardSelector={}",
-            utf8_percent_encode(&all, NON_ALPHANUMERIC)
-        );
+        let list: http::Uri = format!("/api/v1/{resource}?limit=1")
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        let url = with_selector(&list, &all).ok_or("the probe's URI could not carry a selector")?;
         let request = http::Request::get(url)
             .body(Vec::new())
             .map_err(|e| e.to_string())?;

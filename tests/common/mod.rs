@@ -27,20 +27,7 @@ pub fn kubeconfig_path() -> &'static PathBuf {
         if let Ok(p) = std::env::var("KUBE_RELOADER_TEST_KUBECONFIG") {
             return PathBuf::from(p);
         }
-        let out = Command::new("bash")
-            .arg(repo_root().join("hack/cluster.sh"))
-            .arg("kubeconfig")
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("running hack/cluster.sh kubeconfig");
-        assert!(
-            out.status.success(),
-            "the local control plane did not start (hack/cluster.sh kubeconfig exited with {}); see its output above",
-            out.status
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let last = stdout.lines().last().expect("cluster.sh printed the kubeconfig path").trim();
-        PathBuf::from(last)
+        cluster_sh("kubeconfig", "the local control plane did not start")
     })
 }
 
@@ -48,25 +35,26 @@ pub fn kubeconfig_path() -> &'static PathBuf {
 /// or unconfigured server (`hack/cluster.sh gateless`): the kubeconfig to reach it.
 pub fn gateless_kubeconfig_path() -> PathBuf {
     kubeconfig_path();
+    cluster_sh("gateless", "the gateless kube-apiserver did not start")
+}
+
+/// Runs `hack/cluster.sh <command>` and returns the path its last stdout line names; panics
+/// with `failure` if it fails (its progress goes to stderr, shown above).
+fn cluster_sh(command: &str, failure: &str) -> PathBuf {
     let out = Command::new("bash")
         .arg(repo_root().join("hack/cluster.sh"))
-        .arg("gateless")
+        .arg(command)
         .stderr(Stdio::inherit())
         .output()
-        .expect("running hack/cluster.sh gateless");
+        .unwrap_or_else(|e| panic!("running hack/cluster.sh {command}: {e}"));
     assert!(
         out.status.success(),
-        "the gateless kube-apiserver did not start (hack/cluster.sh gateless exited with {}); see its output above",
+        "{failure} (hack/cluster.sh {command} exited with {}); see its output above",
         out.status
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .expect("cluster.sh printed a path")
-            .trim(),
-    )
+    let last = stdout.lines().last().expect("cluster.sh printed a path");
+    PathBuf::from(last.trim())
 }
 
 pub async fn client() -> Client {
