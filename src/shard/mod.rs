@@ -94,6 +94,16 @@ impl ShardState {
         self.selector.current()
     }
 
+    /// The selector that lists just `gained` of this replica's namespaces (see
+    /// [`server_filter::covering_selector`]); `None` unless the API server shards.
+    pub fn gained_selector(&self, gained: &[String]) -> Option<String> {
+        if !self.server_sharding() {
+            return None;
+        }
+        let view = self.view.read().expect("shard view lock");
+        server_filter::covering_selector(&view, &self.me, gained)
+    }
+
     fn assigned(&self, namespace: &str) -> bool {
         let view = self.view.read().expect("shard view lock");
         let previous = if view.released_previous {

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tower::{Layer, Service};
 
 use super::ShardView;
-use super::ranges::{selector, union};
+use super::ranges::{HashRange, fnv1a64, selector, union};
 use crate::model::WorkloadKind;
 use crate::resources::{api_resource, spc_pod_status_resource};
 
@@ -139,12 +139,46 @@ pub fn with_selector(uri: &Uri, selector: &str) -> Option<Uri> {
 /// until it released them, in the previous one. `None` (send no selector) when an assignment is
 /// not made of hash ranges (an older replica's rendezvous), or when `member` owns nothing.
 pub fn selector_of(view: &ShardView, member: &str) -> Option<String> {
+    selector(NAMESPACE_FIELD, &union(&acting_ranges(view, member)?, &[]))
+}
+
+/// `member`'s ranges in the current assignment and, until released, the previous one (sorted,
+/// not merged); `None` when an assignment is not made of hash ranges.
+fn acting_ranges(view: &ShardView, member: &str) -> Option<Vec<HashRange>> {
     let previous = view.previous.as_ref().filter(|_| !view.released_previous);
     let mut ranges = Vec::new();
     for assignment in [view.current.as_ref(), previous].into_iter().flatten() {
-        ranges = union(&ranges, &assignment.ranges_of(member)?);
+        ranges.extend(assignment.ranges_of(member)?);
     }
-    selector(NAMESPACE_FIELD, &ranges)
+    ranges.sort_unstable_by_key(|r| r.start);
+    Some(ranges)
+}
+
+/// A selector for the namespaces `member` gained: the ranges it acts on that hold any of
+/// `namespaces`, merged. A handover's backfill lists each kind once with it, so the API server
+/// sends just the gained share, not the replica's whole share again. `None` when an assignment
+/// is not made of hash ranges, or when one of `namespaces` lies in none of those ranges (the
+/// backfill then lists without it).
+pub fn covering_selector(view: &ShardView, member: &str, namespaces: &[String]) -> Option<String> {
+    let mine = acting_ranges(view, member)?;
+    let mut hashes: Vec<u64> = namespaces.iter().map(|ns| fnv1a64(ns)).collect();
+    hashes.sort_unstable();
+    let merged = union(&mine, &[]);
+    let inside = |h: u64| {
+        let i = merged.partition_point(|r| r.start <= h);
+        i > 0 && merged[i - 1].contains(h)
+    };
+    if !hashes.iter().all(|&h| inside(h)) {
+        return None;
+    }
+    let covering: Vec<HashRange> = mine
+        .into_iter()
+        .filter(|range| {
+            let first_inside = hashes.partition_point(|&h| h < range.start);
+            hashes.get(first_inside).is_some_and(|&h| range.contains(h))
+        })
+        .collect();
+    selector(NAMESPACE_FIELD, &union(&covering, &[]))
 }
 
 fn is_watch(uri: &Uri) -> bool {

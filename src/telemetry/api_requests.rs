@@ -23,11 +23,13 @@ pub trait RequestSink: Send + Sync + 'static {
 /// Adds response bytes to one resource's count.
 pub type ByteCounter = Box<dyn Fn(u64) + Send + Sync>;
 
-/// The verb as the API server would name it (watches are GETs with `watch=true`).
-pub fn verb_of(method: &http::Method, query: Option<&str>) -> &'static str {
+/// The verb as the API server would name it: watches are GETs with `watch=true`, lists are GETs
+/// of a collection.
+pub fn verb_of(method: &http::Method, path: &str, query: Option<&str>) -> &'static str {
     let watch = query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
     match *method {
         http::Method::GET if watch => "WATCH",
+        http::Method::GET if is_collection(path) => "LIST",
         http::Method::GET => "GET",
         http::Method::POST => "POST",
         http::Method::PUT => "PUT",
@@ -37,17 +39,25 @@ pub fn verb_of(method: &http::Method, query: Option<&str>) -> &'static str {
     }
 }
 
-/// The resource (plural) of an API path: `/api/v1/namespaces/ns/configmaps/x` -> `configmaps`.
-pub fn resource_of(path: &str) -> &str {
+/// `/api/v1/configmaps`, `/api/v1/namespaces/a/configmaps`: no object named.
+fn is_collection(path: &str) -> bool {
+    matches!(resource_path(path)[..], [_] | ["namespaces", _, _])
+}
+
+/// The path after `api/v1` or `apis/<group>/<version>`, split at `/` (empty for discovery).
+fn resource_path(path: &str) -> Vec<&str> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    // Skip `api/v1` or `apis/<group>/<version>`.
     let rest = match segments.first() {
         Some(&"api") => segments.get(2..),
         Some(&"apis") => segments.get(3..),
         _ => None,
     };
-    let rest = rest.unwrap_or_default();
-    match rest {
+    rest.unwrap_or_default().to_vec()
+}
+
+/// The resource (plural) of an API path: `/api/v1/namespaces/ns/configmaps/x` -> `configmaps`.
+pub fn resource_of(path: &str) -> &str {
+    match resource_path(path)[..] {
         ["namespaces", _, resource, ..] => resource,
         [resource, ..] => resource,
         [] => "discovery",
@@ -96,7 +106,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let verb = verb_of(req.method(), req.uri().query());
+        let verb = verb_of(req.method(), req.uri().path(), req.uri().query());
         let resource = resource_of(req.uri().path()).to_string();
         let sink = self.sink.clone();
         let fut = self.inner.call(req);
@@ -154,11 +164,25 @@ mod tests {
 
     #[test]
     fn verbs_and_resources() {
+        let get = http::Method::GET;
+        let watch = Some("watch=true&resourceVersion=1");
+        assert_eq!(verb_of(&get, "/api/v1/configmaps", watch), "WATCH");
         assert_eq!(
-            verb_of(&http::Method::GET, Some("watch=true&resourceVersion=1")),
-            "WATCH"
+            verb_of(&get, "/api/v1/configmaps", Some("limit=500")),
+            "LIST"
         );
-        assert_eq!(verb_of(&http::Method::GET, Some("limit=500")), "GET");
+        assert_eq!(verb_of(&get, "/api/v1/namespaces/a/secrets", None), "LIST");
+        assert_eq!(verb_of(&get, "/api/v1/namespaces", None), "LIST");
+        assert_eq!(verb_of(&get, "/api/v1/namespaces/a", None), "GET");
+        assert_eq!(verb_of(&get, "/api/v1/namespaces/a/secrets/s", None), "GET");
+        assert_eq!(
+            verb_of(
+                &get,
+                "/apis/apps/v1/namespaces/a/deployments/d/status",
+                None
+            ),
+            "GET"
+        );
         assert_eq!(
             resource_of("/api/v1/namespaces/ns/configmaps/x"),
             "configmaps"

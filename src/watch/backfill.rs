@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, ObjectList};
 
 use crate::index::WorkloadObject;
 use tracing::{info, warn};
@@ -19,6 +19,7 @@ use crate::config::NamespaceScope;
 use crate::engine::Phase;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::resources::{api_resource, spc_pod_status_resource};
+use crate::shard::server_filter::with_selector;
 
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
 use super::{ShardLink, WatchContext, WatchError};
@@ -76,10 +77,10 @@ impl WatchContext {
         let kept = self.index.config_versions_in(&wanted);
         let listed = std::sync::Mutex::new(HashSet::new());
         for target in self.list_targets(namespaces) {
-            self.list_workloads(target, &wanted).await;
+            self.list_workloads(&target, &wanted).await;
             // After the workloads: a config change met here fans out to them (see Intake).
-            self.list_all_configs(target, &wanted, &listed).await;
-            match target {
+            self.list_all_configs(&target, &wanted, &listed).await;
+            match target.namespace() {
                 Some(ns) => self.engine.configs_backfilled([ns]),
                 None => self
                     .engine
@@ -107,25 +108,41 @@ impl WatchContext {
         }
     }
 
-    /// Where to list: each namespace when they are few, else the whole scope at once.
-    fn list_targets<'a>(&'a self, namespaces: &'a [String]) -> Vec<Option<&'a str>> {
+    /// Where to list. When the API server shards: the gained hash ranges, one list per kind
+    /// (a handover receives the gained share and nothing else). Otherwise each namespace when
+    /// they are few, else the whole scope at once.
+    fn list_targets(&self, namespaces: &[String]) -> Vec<ListTarget> {
+        let gained = match &self.settings.scope {
+            NamespaceScope::All => self
+                .ownership
+                .shard()
+                .and_then(|s| s.gained_selector(namespaces)),
+            NamespaceScope::Only(_) => None,
+        };
+        if let Some(selector) = gained {
+            return vec![ListTarget::Ranges(selector)];
+        }
         if namespaces.len() <= PER_NAMESPACE_LISTS {
-            return namespaces.iter().map(|n| Some(n.as_str())).collect();
+            return namespaces
+                .iter()
+                .cloned()
+                .map(ListTarget::Namespace)
+                .collect();
         }
         match &self.settings.scope {
-            NamespaceScope::All => vec![None],
-            NamespaceScope::Only(nss) => nss.iter().map(|n| Some(n.as_str())).collect(),
+            NamespaceScope::All => vec![ListTarget::All],
+            NamespaceScope::Only(nss) => nss.iter().cloned().map(ListTarget::Namespace).collect(),
         }
     }
 
-    /// Every handled workload kind in `target` (`None`: all namespaces), keeping `wanted`'s.
-    async fn list_workloads(&self, target: Option<&str>, wanted: &HashSet<&str>) {
+    /// Every handled workload kind in `target`, keeping `wanted`'s.
+    async fn list_workloads(&self, target: &ListTarget, wanted: &HashSet<&str>) {
         for kind in WorkloadKind::ALL
             .into_iter()
             .filter(|k| self.settings.handles_workload(*k))
         {
             let ar = api_resource(kind);
-            let api: Api<WorkloadObject> = match target {
+            let api: Api<WorkloadObject> = match target.namespace() {
                 Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                 None => Api::all_with(self.client.clone(), &ar),
             };
@@ -149,7 +166,7 @@ impl WatchContext {
     /// Every watched config kind in `target`, keeping `wanted`'s; `listed` collects their keys.
     async fn list_all_configs(
         &self,
-        target: Option<&str>,
+        target: &ListTarget,
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) {
@@ -168,9 +185,9 @@ impl WatchContext {
     }
 
     /// SecretProviderClassPodStatuses, as their SecretProviderClass's state (CSI integration).
-    async fn list_pod_statuses(&self, target: Option<&str>, wanted: &HashSet<&str>) {
+    async fn list_pod_statuses(&self, target: &ListTarget, wanted: &HashSet<&str>) {
         let ar = spc_pod_status_resource();
-        let api: Api<DynamicObject> = match target {
+        let api: Api<DynamicObject> = match target.namespace() {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
             None => Api::all_with(self.client.clone(), &ar),
         };
@@ -199,14 +216,14 @@ impl WatchContext {
 
     async fn list_configs<K>(
         &self,
-        target: Option<&str>,
+        target: &ListTarget,
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) where
         K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
-        let api: Api<K> = match target {
+        let api: Api<K> = match target.namespace() {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
         };
@@ -235,17 +252,17 @@ impl WatchContext {
         api: &Api<K>,
         params: ListParams,
         resource: &'static str,
-        target: Option<&str>,
+        target: &ListTarget,
         wanted: &HashSet<&str>,
         mut each: F,
     ) where
-        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         F: FnMut(K) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
         let mut backoff = BACKFILL_RETRY_BASE;
         'list: loop {
-            let mut pages = Pages::new(api, params.clone());
+            let mut pages = Pages::new(api, params.clone(), target.shard_selector());
             while let Some(page) = pages.next().await {
                 let error = match page {
                     Ok(items) => {
@@ -257,10 +274,10 @@ impl WatchContext {
                     Err(e) => e,
                 };
                 if !wanted.iter().any(|ns| self.ownership.owns(ns)) {
-                    info!(namespace = ?target, resource, "stopped listing: no longer owned");
+                    info!(%target, resource, "stopped listing: no longer owned");
                     return;
                 }
-                warn!(namespace = ?target, resource, %error, retry_in = ?backoff,
+                warn!(%target, resource, %error, retry_in = ?backoff,
                     "backfill list failed; retrying before the namespaces count as synced");
                 self.observer.backfill_list_failed(resource);
                 tokio::time::sleep(backoff).await;
@@ -305,24 +322,31 @@ const BACKFILL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(1
 struct Pages<'a, K> {
     api: &'a Api<K>,
     params: Option<ListParams>,
+    /// Sent with every page (the API server shards the list to these ranges).
+    shard_selector: Option<&'a str>,
 }
 
 impl<'a, K> Pages<'a, K>
 where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     /// `params` carries the page size (`limit`).
-    fn new(api: &'a Api<K>, params: ListParams) -> Self {
+    fn new(api: &'a Api<K>, params: ListParams, shard_selector: Option<&'a str>) -> Self {
         Self {
             api,
             params: Some(params),
+            shard_selector,
         }
     }
 
     /// The next page; `None` after the last page or an error.
     async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
         let params = self.params.take()?;
-        match self.api.list(&params).await {
+        let page = match self.shard_selector {
+            None => self.api.list(&params).await,
+            Some(selector) => list_sharded(self.api, &params, selector).await,
+        };
+        match page {
             Ok(page) => {
                 self.params = page
                     .metadata
@@ -332,6 +356,62 @@ where
                 Some(Ok(page.items))
             }
             Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// `api.list(params)` with a `shardSelector` of its own (the client's layer adds the replica's
+/// selector only to a request that carries none).
+async fn list_sharded<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    shard_selector: &str,
+) -> Result<ObjectList<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut request = kube::core::Request::new(api.resource_url())
+        .list(params)
+        .map_err(kube::Error::BuildRequest)?;
+    if let Some(uri) = with_selector(request.uri(), shard_selector) {
+        *request.uri_mut() = uri;
+    }
+    request.extensions_mut().insert("list");
+    api.clone().into_client().request(request).await
+}
+
+/// Where a backfill lists.
+enum ListTarget {
+    /// One namespace.
+    Namespace(String),
+    /// Every namespace (still sharded to this replica's selector when the server shards).
+    All,
+    /// The namespaces of these hash ranges (a `shardSelector`), across the cluster.
+    Ranges(String),
+}
+
+impl ListTarget {
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Self::Namespace(ns) => Some(ns),
+            Self::All | Self::Ranges(_) => None,
+        }
+    }
+
+    fn shard_selector(&self) -> Option<&str> {
+        match self {
+            Self::Ranges(selector) => Some(selector),
+            Self::Namespace(_) | Self::All => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ListTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Namespace(ns) => write!(f, "namespace {ns}"),
+            Self::All => f.write_str("all namespaces"),
+            Self::Ranges(_) => f.write_str("the gained hash ranges"),
         }
     }
 }

@@ -343,3 +343,63 @@ fn no_selector_while_an_assignment_is_rendezvous() {
     assert!(selector_of(&view, "a").is_some());
     assert_eq!(selector_of(&view, "z"), None, "a non-member owns nothing");
 }
+
+#[test]
+fn a_covering_selector_selects_the_gained_namespaces_and_few_others() {
+    let three = ranges_assignment(1, &["a", "b", "c"]);
+    let two = ranges_assignment(2, &["a", "b"]);
+    let mut view = ShardView::default();
+    view.install(three.clone());
+    view.install(two.clone());
+    let namespaces: Vec<String> = (0..4000).map(|i| format!("tenant-{i:05}")).collect();
+    let gained: Vec<String> = namespaces
+        .iter()
+        .filter(|ns| three.owner(ns) == Some("c") && two.owner(ns) == Some("a"))
+        .cloned()
+        .collect();
+    assert!(gained.len() > 100, "a takes over part of c's share");
+    let covering = covering_selector(&view, "a", &gained).unwrap();
+    let selected: Vec<&String> = namespaces
+        .iter()
+        .filter(|ns| selects(&covering, ns))
+        .collect();
+    for ns in &gained {
+        assert!(selects(&covering, ns), "{ns} was gained");
+    }
+    for ns in &selected {
+        assert_eq!(two.owner(ns), Some("a"), "{ns}: only a's own ranges");
+    }
+    let whole_share = namespaces
+        .iter()
+        .filter(|ns| two.owner(ns) == Some("a"))
+        .count();
+    assert!(
+        selected.len() < whole_share / 2,
+        "{} selected of a's {whole_share}: the gained part, not the whole share",
+        selected.len()
+    );
+    assert_eq!(covering_selector(&view, "a", &[]), None, "nothing gained");
+    assert_eq!(covering_selector(&view, "z", &gained), None, "not a member");
+}
+
+#[test]
+fn a_covering_selector_spans_the_previous_assignment_until_released_and_every_namespace() {
+    let three = ranges_assignment(1, &["a", "b", "c"]);
+    let two = ranges_assignment(2, &["b", "c"]);
+    let mut view = ShardView::default();
+    view.install(three.clone());
+    view.install(two);
+    let leaving: Vec<String> = (0..4000)
+        .map(|i| format!("tenant-{i:05}"))
+        .filter(|ns| three.owner(ns) == Some("a"))
+        .take(3)
+        .collect();
+    let covering = covering_selector(&view, "a", &leaving).expect("a still acts on them");
+    assert!(leaving.iter().all(|ns| selects(&covering, ns)));
+    view.release_previous(2);
+    assert_eq!(
+        covering_selector(&view, "a", &leaving),
+        None,
+        "released: none of them lies in a's ranges, so no selector could list them"
+    );
+}
