@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-run manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -69,7 +69,7 @@ rules-test: toolchain
 		$$bin/promtool test rules deployments/prometheus/kube-reloader-rules.test.yaml
 
 ## Every test: unit tests, then integration tests against the local control plane, then the
-## load test's small scale (every scenario, correctness only).
+## load test's small scale (every scenario, correctness only) and the short chaos run.
 test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --workspace --all-targets
@@ -77,6 +77,7 @@ test: toolchain packages
 	@$(MAKE) --no-print-directory image-local image-test IMAGE=localhost/kube-reloader:make-test \
 		IMAGE_BINARY=$(CARGO_TARGET_DIR)/debug/kube-reloader
 	@$(MAKE) --no-print-directory loadtest-small
+	@$(MAKE) --no-print-directory chaos-short
 
 ## Every load-test scenario at the small scale against debug builds: asserts correctness (no
 ## missed, unexpected, duplicate or stale reload; the rate limit's envelope; pause semantics),
@@ -106,27 +107,45 @@ loadtest:
 ## minutes under the fault schedule of the seed, kube-apiserver restarts and etcd compactions
 ## included. Those need a control plane of the run's own: one is started (or reused) in
 ## CHAOS_CACHE from a copy of the toolchain, so the shared one of `make cluster` is never
-## restarted. Not part of `make test` (CI's time budget). `make chaos-small`: 3 minutes at the
-## small scale. CHAOS_ARGS='--enable-ha' runs the HA variant. SEED=26 (or SEEDS="25 26 27", one
-## run each, failing if any fails) and DURATION=5m choose the runs.
+## restarted. `make chaos-small`: 3 minutes at the small scale. CHAOS_ARGS='--enable-ha' runs the
+## HA variant. SEED=26 (or SEEDS="25 26 27", one run each, failing if any fails) and DURATION=5m
+## choose the runs. `make test` runs `chaos-short`: 3 minutes at the small scale against the debug
+## builds, for each of CHAOS_SHORT_SEEDS, asserting the checker's verdict only.
 CHAOS_CACHE ?= $(HOME)/.cache/kube-reloader-chaos
 CHAOS_SCALE ?= medium
 CHAOS_DURATION ?= $(or $(DURATION),20m)
 CHAOS_SEEDS ?= $(or $(SEEDS),$(SEED),$(CHAOS_SEED),25)
+CHAOS_SHORT_SEEDS ?= 25
+# The builds chaos-run uses (release for the campaign, debug for make test's short run).
+CHAOS_BUILD ?= release
 chaos:
-	@cargo build --release --locked -p kube-reloader-loadtest >&2
+	@cargo build --release --locked -p kube-reloader -p kube-reloader-loadtest >&2
+	@$(MAKE) --no-print-directory chaos-run
+
+chaos-small:
+	@$(MAKE) --no-print-directory chaos CHAOS_SCALE=small CHAOS_DURATION=3m
+
+## After `cargo test` built the debug binaries (`make test`); its own control plane and results
+## outside the clone.
+chaos-short:
+	cargo build --locked --workspace --bins --tests
+	rm -rf $(CACHE)/chaos-short
+	@$(MAKE) --no-print-directory chaos-run CHAOS_BUILD=debug CHAOS_CACHE=$(CACHE)/chaos-plane \
+		CHAOS_SCALE=small \
+		CHAOS_DURATION=3m CHAOS_SEEDS="$(CHAOS_SHORT_SEEDS)" \
+		CHAOS_ARGS="--results-dir $(CACHE)/chaos-short $(CHAOS_ARGS)"
+
+chaos-run:
 	@toolchain=$$(dirname "$$(bash hack/toolchain.sh)") && mkdir -p $(CHAOS_CACHE) && \
 		{ [ -d "$(CHAOS_CACHE)/$$(basename "$$toolchain")" ] || \
 		  cp -al "$$toolchain" $(CHAOS_CACHE)/ 2>/dev/null || cp -a "$$toolchain" $(CHAOS_CACHE)/; }
 	KUBE_RELOADER_CACHE=$(CHAOS_CACHE) bash hack/cluster.sh up >/dev/null
-	@failed=""; for seed in $(CHAOS_SEEDS); do \
-		$(CARGO_TARGET_DIR)/release/kube-reloader-loadtest --scenario chaos --scale $(CHAOS_SCALE) \
+	@bin=$(CARGO_TARGET_DIR)/$(CHAOS_BUILD); failed=""; for seed in $(CHAOS_SEEDS); do \
+		$$bin/kube-reloader-loadtest --scenario chaos --scale $(CHAOS_SCALE) \
 			--duration $(CHAOS_DURATION) --seed $$seed --control-plane-faults \
+			--controller-bin $$bin/kube-reloader \
 			--kubeconfig $(CHAOS_CACHE)/cluster/kubeconfig $(CHAOS_ARGS) || failed="$$failed $$seed"; \
 	done; [ -z "$$failed" ] || { echo "chaos: failed seeds:$$failed" >&2; exit 1; }
-
-chaos-small:
-	@$(MAKE) --no-print-directory chaos CHAOS_SCALE=small CHAOS_DURATION=3m
 
 ## Regenerate deployments/kubernetes/kube-reloader.yaml and the kustomize base from the Helm
 ## chart's defaults (tests/chart.rs fails when they drift). Builds helm once (hack/helm.sh).
