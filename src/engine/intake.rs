@@ -55,7 +55,7 @@ pub struct Intake {
     /// list would find nothing changed, and the reload would be lost. So the changes wait for
     /// the list, and those it did not cover (made after its snapshot) are acted on after it.
     /// One map entry per namespace, so deferring a change and ending the wait never interleave.
-    entering: dashmap::DashMap<String, HashMap<ConfigKey, ConfigState>, ahash::RandomState>,
+    entering: dashmap::DashMap<String, HashMap<ConfigKey, Deferred>, ahash::RandomState>,
 }
 
 impl Intake {
@@ -273,16 +273,14 @@ impl Intake {
         let (state, phase) = match self.entering.get_mut(&*key.namespace) {
             Some(mut waiting) if phase.after_startup() => {
                 debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
-                // A relisted object is not known to have changed: remembering it would roll
-                // every workload of a namespace gained fresh when a watch breaks during its
-                // backfill.
-                if phase == Phase::Live {
-                    defer(&mut waiting, key, state);
-                }
+                defer(&mut waiting, key, state, phase == Phase::Live);
                 return 0;
             }
             Some(mut waiting) if phase == Phase::Backfill => match waiting.remove(&key) {
-                Some(live) => (newer(state, live), Phase::BackfillAfterChange),
+                Some(deferred) => {
+                    let phase = deferred.phase();
+                    (newer(state, deferred.state), phase)
+                }
                 None => (state, phase),
             },
             _ => (state, phase),
@@ -308,11 +306,10 @@ impl Intake {
             let Some((_, waiting)) = self.entering.remove(namespace) else {
                 continue;
             };
-            for (key, state) in waiting {
+            for (key, deferred) in waiting {
                 // Never replaces a newer state (a live event may have come in since).
-                queued += self
-                    .configs
-                    .config_applied(key, state, Phase::BackfillAfterChange);
+                let phase = deferred.phase();
+                queued += self.configs.config_applied(key, deferred.state, phase);
             }
         }
         queued
@@ -334,11 +331,49 @@ impl Intake {
 }
 
 /// Keeps the newest of the live changes of one config met during a backfill.
-fn defer(waiting: &mut HashMap<ConfigKey, ConfigState>, key: ConfigKey, state: ConfigState) {
+/// A config state met while its namespace is backfilled, waiting for the backfill's list.
+#[derive(Debug, Clone)]
+pub(super) struct Deferred {
+    state: ConfigState,
+    /// A live event brought it (or an older state of it): the config changed. Otherwise it came
+    /// from a relist after a broken watch, which re-delivers every object, changed or not.
+    changed: bool,
+}
+
+impl Deferred {
+    /// How the state is applied once the list has run: a known change counts even if the index
+    /// did not hold the config; a relisted state only when it is newer than what the list
+    /// brought and differs from it. Dropping relisted states lost a change made after the
+    /// list's snapshot whose live event the broken watch never delivered.
+    fn phase(&self) -> Phase {
+        match self.changed {
+            true => Phase::BackfillAfterChange,
+            false => Phase::Backfill,
+        }
+    }
+}
+
+/// Keeps the newest state of `key` (by resourceVersion); once a live event was met, it counts
+/// as changed whatever comes after.
+fn defer(
+    waiting: &mut HashMap<ConfigKey, Deferred>,
+    key: ConfigKey,
+    state: ConfigState,
+    live: bool,
+) {
+    let changed = live || waiting.get(&key).is_some_and(|d| d.changed);
     match waiting.get(&key) {
-        Some(kept) if kept.resource_version > state.resource_version => {}
+        Some(kept) if kept.state.resource_version > state.resource_version => {
+            waiting.insert(
+                key,
+                Deferred {
+                    changed,
+                    ..kept.clone()
+                },
+            );
+        }
         _ => {
-            waiting.insert(key, state);
+            waiting.insert(key, Deferred { state, changed });
         }
     }
 }

@@ -420,6 +420,50 @@ async fn a_live_change_during_the_config_list_of_a_backfill_is_not_taken_for_a_c
     assert_eq!(writes.0.lock().unwrap().len(), 2);
 }
 
+/// A watch that breaks during a backfill relists: the relist re-delivers every object, and one
+/// may carry a change made after the backfill listed the config (its live event came while the
+/// watch was down, so never). It was dropped, and the backfill's older snapshot stayed: the
+/// change was lost. It waits like a live one, but counts only when it is newer than the list's
+/// state and differs from it.
+#[tokio::test]
+async fn a_relisted_state_newer_than_the_backfill_list_is_acted_on_when_the_backfill_ends() {
+    let (e, writes, intake) = auto_deployment_with_intake();
+    let at = |value: &str, rv: u64| ConfigState {
+        resource_version: rv,
+        ..state(value)
+    };
+    intake.backfill_started(&["ns".to_string()]);
+    assert_eq!(
+        intake.config_applied(cfg(), at("v1", 10), Phase::Backfill),
+        0
+    );
+    assert_eq!(
+        intake.config_applied(cfg(), at("v2", 20), Phase::Relisted),
+        0
+    );
+    assert_eq!(
+        intake.configs_backfilled(["ns"]),
+        1,
+        "v2 is newer than the list's v1"
+    );
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+
+    // Relisted before the list, at the state the list then brings: nothing changed.
+    intake.backfill_started(&["ns".to_string()]);
+    assert_eq!(
+        intake.config_applied(cfg(), at("v2", 20), Phase::Relisted),
+        0
+    );
+    assert_eq!(
+        intake.config_applied(cfg(), at("v2", 20), Phase::Backfill),
+        0
+    );
+    assert_eq!(intake.configs_backfilled(["ns"]), 0);
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+}
+
 /// A ConfigMap `cfg` with keys `a` and `b`, digested per key as with `--precise-keys` on.
 fn keyed(a: &str, b: &str) -> ConfigState {
     let data: BTreeMap<String, String> = [("a", a), ("b", b)]
