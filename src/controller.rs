@@ -417,7 +417,13 @@ fn join_replica_set(
 ) -> Option<ShardLink> {
     let shard = settings.shard.as_ref()?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let coordinator = Coordinator::new(client.clone(), shard.clone(), ownership.clone(), tx);
+    let coordinator = Coordinator::new(
+        client.clone(),
+        shard.clone(),
+        ownership.clone(),
+        settings.namespace_selector.clone(),
+        tx,
+    );
     info!(
         me = %shard.me,
         namespace = %shard.namespace,

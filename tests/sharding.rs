@@ -1019,15 +1019,11 @@ async fn configmap_watches(c: &Controller) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// The ConfigMap LIST requests a replica made, and the ConfigMap bytes it received.
-async fn configmap_lists_and_bytes(c: &Controller) -> (f64, f64) {
-    let lists = c
-        .metric(
-            "kube_reloader_api_requests_total{verb=\"LIST\",resource=\"configmaps\",code=\"200\"}",
-        )
+/// The ConfigMap LIST requests a replica made.
+async fn configmap_lists(c: &Controller) -> f64 {
+    c.metric("kube_reloader_api_requests_total{verb=\"LIST\",resource=\"configmaps\",code=\"200\"}")
         .await
-        .unwrap_or(0.0);
-    (lists, configmap_bytes(c).await)
+        .unwrap_or(0.0)
 }
 
 /// ConfigMap bytes each replica received while every namespace's padding was written once (the
@@ -1115,10 +1111,7 @@ async fn with_the_gate_on_each_replica_receives_its_share_and_a_handover_reopens
 
     // r2 leaves: r0 and r1 each gain namespaces, and their watches re-open with the new ranges.
     let watches_before = configmap_watches(&r0).await;
-    let before = [
-        configmap_lists_and_bytes(&r0).await,
-        configmap_lists_and_bytes(&r1).await,
-    ];
+    let before = [configmap_lists(&r0).await, configmap_lists(&r1).await];
     let _ = off.terminate();
     let assignment = fleet
         .wait_members(&["r0", "r1"], Duration::from_secs(60))
@@ -1138,20 +1131,14 @@ async fn with_the_gate_on_each_replica_receives_its_share_and_a_handover_reopens
         },
     )
     .await;
-    // Each backfill lists the gained hash ranges once per kind: r2's share arrives, no more.
-    let after = [
-        configmap_lists_and_bytes(&r0).await,
-        configmap_lists_and_bytes(&r1).await,
-    ];
-    let lists: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a.0 - b.0).collect();
-    let received: f64 = after.iter().zip(&before).map(|(a, b)| a.1 - b.1).sum();
+    // Each backfill lists the gained hash ranges once per kind, not each namespace. (Bytes
+    // say little here: the re-opened watches also replay the gained namespaces' events since
+    // their last resourceVersion, among them the padding just written.)
+    let after = [configmap_lists(&r0).await, configmap_lists(&r1).await];
+    let lists: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert!(
         lists.iter().all(|n| *n <= 1.0) && lists.iter().sum::<f64>() >= 1.0,
         "one ConfigMap list per replica that gained namespaces, not one per namespace: {lists:?}"
-    );
-    assert!(
-        received < 0.6 * total,
-        "the handover received r2's third of the padding, not a whole share: {received} of {total}"
     );
     rollouts.change_everywhere_and_wait(&fleet, "1").await;
     rollouts.assert_no_duplicate().await;

@@ -53,6 +53,9 @@ pub struct Coordinator {
     client: Client,
     settings: ShardSettings,
     ownership: Arc<Ownership>,
+    /// `--namespace-selector`: the shard slots are cut at the quantiles of the namespaces the
+    /// replicas select, not of every namespace in the cluster.
+    namespace_selector: Option<String>,
     state: Arc<ShardState>,
     changes: mpsc::UnboundedSender<OwnershipChange>,
     /// The generation whose gained namespaces are fully indexed here.
@@ -74,6 +77,7 @@ impl Coordinator {
         client: Client,
         settings: ShardSettings,
         ownership: Arc<Ownership>,
+        namespace_selector: Option<String>,
         changes: mpsc::UnboundedSender<OwnershipChange>,
     ) -> Arc<Self> {
         let state = ownership.shard().expect("a sharded Ownership").clone();
@@ -81,6 +85,7 @@ impl Coordinator {
             client,
             settings,
             ownership,
+            namespace_selector,
             state,
             changes,
             synced: Arc::new(AtomicU64::new(0)),
@@ -326,7 +331,7 @@ impl Coordinator {
         let kept = current
             .filter(|a| a.scheme == Scheme::HashRanges)
             .and_then(|a| a.quantiles.clone());
-        match namespace_hashes(&self.client).await {
+        match self.selected_namespace_hashes().await {
             Ok(hashes) => match kept {
                 Some(q) if q.still_fit(hashes.len()) => Some(q),
                 _ => {
@@ -342,6 +347,14 @@ impl Coordinator {
                 kept
             }
         }
+    }
+
+    /// The hashes of the namespaces the replicas act on: those the label selector lists, less
+    /// the ignored ones. Listed here rather than taken from the Namespace watch, which may not
+    /// have synced when the leader makes the first assignment.
+    async fn selected_namespace_hashes(&self) -> Result<Vec<u64>, kube::Error> {
+        let selector = self.namespace_selector.as_deref();
+        namespace_hashes(&self.client, selector, |ns| !self.ownership.ignores(ns)).await
     }
 
     async fn read_assignment(&self) -> Result<Option<Assignment>, ShardError> {
@@ -490,16 +503,26 @@ fn scheme_for(members: &[Member], desired: &[String], me: &str) -> Scheme {
 }
 
 /// FNV-1a hashes of every namespace's name, listed in pages of metadata.
-async fn namespace_hashes(client: &Client) -> Result<Vec<u64>, kube::Error> {
+/// The hashes of the namespaces `selector` selects (every namespace without one), keeping those
+/// `keep` says yes to (names only are read).
+async fn namespace_hashes(
+    client: &Client,
+    selector: Option<&str>,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<u64>, kube::Error> {
     let api: Api<Namespace> = Api::all(client.clone());
     let mut hashes = Vec::new();
     let mut params = ListParams::default().limit(NAMESPACE_PAGE_SIZE);
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
     loop {
         let page = api.list_metadata(&params).await?;
         hashes.extend(
             page.items
                 .iter()
                 .filter_map(|n| n.metadata.name.as_deref())
+                .filter(|name| keep(name))
                 .map(fnv1a64),
         );
         match page.metadata.continue_.filter(|c| !c.is_empty()) {

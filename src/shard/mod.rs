@@ -254,6 +254,11 @@ impl Ownership {
     }
 
     /// Selected, whatever the shard assignment says.
+    /// In `--namespaces-to-ignore`.
+    pub fn ignores(&self, namespace: &str) -> bool {
+        self.ignored.contains(namespace)
+    }
+
     pub fn selects(&self, namespace: &str) -> bool {
         !self.ignored.contains(namespace)
             && self.selected.as_ref().is_none_or(|s| s.contains(namespace))
