@@ -3,6 +3,7 @@
 //! pause timers, one-time warnings. The watch layer decodes objects and calls these; it reads
 //! the index but never writes it.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -361,19 +362,19 @@ fn defer(
     state: ConfigState,
     live: bool,
 ) {
-    let changed = live || waiting.get(&key).is_some_and(|d| d.changed);
-    match waiting.get(&key) {
-        Some(kept) if kept.state.resource_version > state.resource_version => {
-            waiting.insert(
-                key,
-                Deferred {
-                    changed,
-                    ..kept.clone()
-                },
-            );
+    match waiting.entry(key) {
+        Entry::Vacant(v) => {
+            v.insert(Deferred {
+                state,
+                changed: live,
+            });
         }
-        _ => {
-            waiting.insert(key, Deferred { state, changed });
+        Entry::Occupied(mut o) => {
+            let kept = o.get_mut();
+            kept.changed |= live;
+            if state.resource_version >= kept.state.resource_version {
+                kept.state = state;
+            }
         }
     }
 }

@@ -502,9 +502,8 @@ fn scheme_for(members: &[Member], desired: &[String], me: &str) -> Scheme {
     }
 }
 
-/// FNV-1a hashes of every namespace's name, listed in pages of metadata.
-/// The hashes of the namespaces `selector` selects (every namespace without one), keeping those
-/// `keep` says yes to (names only are read).
+/// FNV-1a hashes of the names of the namespaces `selector` selects (every namespace without
+/// one) that `keep` says yes to, listed in pages of metadata.
 async fn namespace_hashes(
     client: &Client,
     selector: Option<&str>,

@@ -253,15 +253,14 @@ impl Ownership {
         self.selects(namespace) && self.shard.as_ref().is_none_or(|s| s.assigned(namespace))
     }
 
-    /// Selected, whatever the shard assignment says.
     /// In `--namespaces-to-ignore`.
     pub fn ignores(&self, namespace: &str) -> bool {
         self.ignored.contains(namespace)
     }
 
+    /// Selected, whatever the shard assignment says.
     pub fn selects(&self, namespace: &str) -> bool {
-        !self.ignored.contains(namespace)
-            && self.selected.as_ref().is_none_or(|s| s.contains(namespace))
+        !self.ignores(namespace) && self.selected.as_ref().is_none_or(|s| s.contains(namespace))
     }
 
     /// `namespace` entered: it is being indexed by a backfill, not by lists already running.

@@ -142,15 +142,14 @@ pub fn selector_of(view: &ShardView, member: &str) -> Option<String> {
     selector(NAMESPACE_FIELD, &union(&acting_ranges(view, member)?, &[]))
 }
 
-/// `member`'s ranges in the current assignment and, until released, the previous one (sorted,
-/// not merged); `None` when an assignment is not made of hash ranges.
+/// `member`'s ranges in the current assignment and, until released, the previous one (not
+/// merged: [`union`] merges); `None` when an assignment is not made of hash ranges.
 fn acting_ranges(view: &ShardView, member: &str) -> Option<Vec<HashRange>> {
     let previous = view.previous.as_ref().filter(|_| !view.released_previous);
     let mut ranges = Vec::new();
     for assignment in [view.current.as_ref(), previous].into_iter().flatten() {
         ranges.extend(assignment.ranges_of(member)?);
     }
-    ranges.sort_unstable_by_key(|r| r.start);
     Some(ranges)
 }
 
