@@ -121,7 +121,11 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let shard_link = join_replica_set(&started.client, &started.settings, &ownership);
     let coordinator = shard_link.as_ref().map(|link| link.coordinator.clone());
     let index = Arc::new(ReverseIndex::new());
-    let (engine, watches) = build_pipeline(&started, &ownership, &index)?;
+    let acted = coordinator
+        .as_ref()
+        .map(|c| c.acted().clone())
+        .unwrap_or_default();
+    let (engine, watches) = build_pipeline(&started, &ownership, &index, acted)?;
     let ready_probe = watches.clone();
     let admin = Arc::new(AdminState {
         metrics: started.metrics.clone(),
@@ -218,6 +222,7 @@ fn build_pipeline(
     started: &Started,
     ownership: &Arc<Ownership>,
     index: &Arc<ReverseIndex>,
+    acted: crate::engine::ActedTracker,
 ) -> anyhow::Result<(Arc<KubeEngine>, Arc<WatchContext>)> {
     let Started {
         settings, client, ..
@@ -259,7 +264,8 @@ fn build_pipeline(
         ownership.clone(),
         queue,
         started.metrics.clone(),
-    );
+    )
+    .with_acted(acted);
     if let Some(url) = &settings.webhook_url {
         engine = engine.with_webhook(ReloadWebhook::new(url.clone())?);
     }

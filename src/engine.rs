@@ -18,8 +18,10 @@ use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
 
+pub mod acted;
 pub mod breaker;
 mod intake;
+pub use acted::{ActedGuard, ActedTracker, ActedVersions};
 pub use breaker::{BreakerNotice, BreakerSettings, ChurnBreaker};
 pub use intake::{Intake, KEEP_LEFT_CONFIGS, SecretNotice};
 
@@ -47,6 +49,8 @@ pub struct Engine<W, O, C = ()> {
     /// `--churn-limit`: holds the workloads of configs that change too often.
     breaker: Option<Arc<ChurnBreaker>>,
     breaker_notices: Option<tokio::sync::mpsc::UnboundedSender<BreakerNotice>>,
+    /// How far this replica has acted (published in its membership Lease).
+    acted: ActedTracker,
 }
 
 /// A config event as the fan-out sees it.
@@ -83,6 +87,8 @@ struct Change<'a> {
     counted: Counted,
     reason: ReloadReason,
     observed_at: Instant,
+    /// The config's resourceVersion: the change holds the acted version below it until written.
+    version: u64,
 }
 
 /// What the watches feed into the engine. Object-safe, so the watch code does not carry the
@@ -94,6 +100,11 @@ pub trait ConfigEvents: Send + Sync + 'static {
     fn config_deleted(&self, key: &ConfigKey) -> usize;
     /// Reconciles recorded hashes in `namespaces` (`None`: all owned).
     fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize;
+    /// A takeover's catch-up found the indexed config differing from `before`, its state at the
+    /// version up to which the previous owner had acted; returns how many workloads were queued.
+    fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize;
+    /// How far this replica has acted.
+    fn acted(&self) -> &ActedTracker;
 }
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for Engine<W, O, C> {
@@ -107,6 +118,14 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
 
     fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
         Engine::reconcile_recorded(self, namespaces)
+    }
+
+    fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
+        Engine::missed_change(self, key, before)
+    }
+
+    fn acted(&self) -> &ActedTracker {
+        &self.acted
     }
 }
 
@@ -157,7 +176,14 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             webhook: None,
             breaker,
             breaker_notices: None,
+            acted: ActedTracker::default(),
         }
+    }
+
+    /// Shares `acted` with whoever publishes it (the shard coordinator).
+    pub fn with_acted(mut self, acted: ActedTracker) -> Self {
+        self.acted = acted;
+        self
     }
 
     /// Breaker notices go to `notices` too (the controller turns them into Events and alerts).
@@ -397,6 +423,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 counted,
                 reason,
                 observed_at,
+                version: state.resource_version,
             };
             self.enqueue(&entry, change, Priority::Live, &span);
             affected += 1;
@@ -456,6 +483,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             counted,
             reason,
             observed_at,
+            version,
         } = change;
         let span = info_span!(
             parent: parent,
@@ -484,9 +512,36 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 },
                 observed_at,
                 span,
+                acted: Some(self.acted.change_pending(key.kind, version)),
             },
             priority,
         );
+    }
+
+    /// A change the previous owner of the config's namespace had not acted on when it stopped
+    /// (found by a takeover's catch-up): the indexed state differs from `before`, the state at
+    /// the version it had acted up to (`None`: the config did not exist then, which is a
+    /// creation unless the history was compacted and the caller cannot tell). Fans the indexed
+    /// state out as a live change would; workloads already carrying its hash write nothing.
+    pub fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
+        let Some(state) = self.index.config(key) else {
+            return 0;
+        };
+        if !self.ownership.owns(&key.namespace) || before.is_some_and(|b| b.digest == state.digest)
+        {
+            return 0;
+        }
+        let event = ConfigEvent {
+            key,
+            state: &state,
+            previous: before,
+            deleted: false,
+            observed_at: Instant::now(),
+        };
+        match self.admitted(&event) {
+            true => self.fan_out(event),
+            false => 0,
+        }
     }
 
     /// After a sync (start, a namespace entering the selection): queue workloads whose recorded
@@ -537,6 +592,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                         counted,
                         reason,
                         observed_at: Instant::now(),
+                        version: state.resource_version,
                     };
                     // Behind live changes: a start-up must not delay what users change now.
                     self.enqueue(&entry, change, Priority::Background, &span);

@@ -47,6 +47,7 @@ fn queued(config: &ConfigKey, hash: Option<&str>, observed_at: Instant) -> Queue
         },
         observed_at,
         span: Span::none(),
+        acted: None,
     }
 }
 

@@ -549,8 +549,21 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
         Duration::from_secs(60),
     )
     .await;
-    // A first change everywhere, so every workload records a hash.
-    rollouts.change_everywhere_and_wait(&fleet, "1").await;
+    // A first change in every other namespace: those workloads record a hash, the others were
+    // never reloaded and record none (the takeover must catch their change up all the same,
+    // from the version the crashed replica had acted up to).
+    let reloaded: Vec<String> = fleet.namespaces.iter().step_by(2).cloned().collect();
+    let h1 = change_all(&fleet, &reloaded, "1").await;
+    rollouts
+        .wait_rolled_to(
+            "half the workloads reloaded",
+            &reloaded,
+            &h1,
+            Duration::from_secs(60),
+        )
+        .await;
+    // The acted version published after that change (renewed every retry period).
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Crash the replica that owns the most namespaces (not necessarily the leader).
     let victim = ["r0", "r1", "r2"]
@@ -581,6 +594,46 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
         orphaned.len(),
         crashed_at.elapsed()
     );
+    rollouts.assert_no_duplicate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_replica_catches_up_changes_made_while_it_was_down() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::new("shard-restart", 8).await;
+    workloads(&fleet, 8).await;
+    let rollouts = Rollouts::record(&fleet);
+    let r0 = fleet
+        .replica("r0", &["--reload-strategy=annotations"])
+        .await;
+    fleet.wait_members(&["r0"], Duration::from_secs(60)).await;
+    wait_owned(&[&r0], 8, Duration::from_secs(60)).await;
+    // One change it acts on, so its Lease records an acted version past the setup.
+    let first = &fleet.namespaces[..1];
+    let h1 = change_all(&fleet, first, "1").await;
+    rollouts
+        .wait_rolled_to(
+            "the first workload reloaded",
+            first,
+            &h1,
+            Duration::from_secs(60),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    r0.crash();
+    // Changes while nobody runs; seven of the eight workloads were never reloaded.
+    let h2 = change_all(&fleet, &fleet.namespaces, "2").await;
+    let _r0 = fleet
+        .replica("r0", &["--reload-strategy=annotations"])
+        .await;
+    rollouts
+        .wait_rolled_to(
+            "every workload reloaded after the restart",
+            &fleet.namespaces,
+            &h2,
+            FAILOVER,
+        )
+        .await;
     rollouts.assert_no_duplicate().await;
 }
 

@@ -26,7 +26,7 @@ use crate::rollout::tenants::Tenants;
 use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::shard::Ownership;
 
-use super::{ConfigEvents, ConfigObserver, Engine, Phase};
+use super::{ActedGuard, ActedTracker, ConfigEvents, ConfigObserver, Engine, Phase};
 
 /// A namespace that moved to another replica keeps its config states this long (its workloads
 /// are forgotten at once), so that if it comes back meanwhile, its backfill compares with what
@@ -271,22 +271,36 @@ impl Intake {
 impl Intake {
     /// A config was listed or changed; returns how many workloads were queued.
     pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
-        let (state, phase) = match self.entering.get_mut(&*key.namespace) {
+        // A deferred change's guard is held until the changes it leads to are queued.
+        let (state, phase, _deferred_guard) = match self.entering.get_mut(&*key.namespace) {
             Some(mut waiting) if phase.after_startup() => {
                 debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
-                defer(&mut waiting, key, state, phase == Phase::Live);
+                let guard = self
+                    .acted()
+                    .change_pending(key.kind, state.resource_version);
+                defer(&mut waiting, key, state, phase == Phase::Live, guard);
                 return 0;
             }
             Some(mut waiting) if phase == Phase::Backfill => match waiting.remove(&key) {
                 Some(deferred) => {
                     let phase = deferred.phase();
-                    (newer(state, deferred.state), phase)
+                    (newer(state, deferred.state), phase, Some(deferred.acted))
                 }
-                None => (state, phase),
+                None => (state, phase, None),
             },
-            _ => (state, phase),
+            _ => (state, phase, None),
         };
         self.configs.config_applied(key, state, phase)
+    }
+
+    /// How far this replica has acted (the engine's tracker).
+    pub fn acted(&self) -> &ActedTracker {
+        self.configs.acted()
+    }
+
+    /// See [`Engine::missed_change`].
+    pub fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
+        self.configs.missed_change(key, before)
     }
 
     /// A backfill of `namespaces` starts: their workloads and configs are not indexed yet.
@@ -310,7 +324,9 @@ impl Intake {
             for (key, deferred) in waiting {
                 // Never replaces a newer state (a live event may have come in since).
                 let phase = deferred.phase();
-                queued += self.configs.config_applied(key, deferred.state, phase);
+                let Deferred { state, acted, .. } = deferred;
+                queued += self.configs.config_applied(key, state, phase);
+                drop(acted);
             }
         }
         queued
@@ -339,6 +355,8 @@ pub(super) struct Deferred {
     /// A live event brought it (or an older state of it): the config changed. Otherwise it came
     /// from a relist after a broken watch, which re-delivers every object, changed or not.
     changed: bool,
+    /// Holds the acted version below the first deferred state until it is acted on.
+    acted: ActedGuard,
 }
 
 impl Deferred {
@@ -361,12 +379,14 @@ fn defer(
     key: ConfigKey,
     state: ConfigState,
     live: bool,
+    acted: ActedGuard,
 ) {
     match waiting.entry(key) {
         Entry::Vacant(v) => {
             v.insert(Deferred {
                 state,
                 changed: live,
+                acted,
             });
         }
         Entry::Occupied(mut o) => {

@@ -722,3 +722,78 @@ async fn a_breaker_released_on_the_value_it_held_from_rolls_nothing() {
     assert_eq!(written(&writes).len(), 2);
     assert_eq!(written(&writes2).len(), 1);
 }
+
+fn at(value: &str, resource_version: u64) -> ConfigState {
+    ConfigState {
+        resource_version,
+        ..state(value)
+    }
+}
+
+#[tokio::test]
+async fn a_queued_change_holds_the_acted_version_below_it_until_its_write_ends() {
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e.config_applied(cfg(), at("v1", 10), Phase::Startup);
+    e.acted.processed(ConfigKind::ConfigMap, 10);
+    assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Live), 1);
+    e.acted.processed(ConfigKind::ConfigMap, 20);
+    assert_eq!(
+        e.acted.acted().get(ConfigKind::ConfigMap),
+        Some(19),
+        "the change at 20 is queued, not written"
+    );
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(20));
+}
+
+#[tokio::test]
+async fn a_missed_change_rolls_a_workload_that_never_recorded_a_hash_and_only_a_real_one() {
+    let (e, writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    // Indexed as a start-up or a takeover's list does: a creation, nothing rolled.
+    assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Startup), 0);
+    assert_eq!(
+        e.missed_change(&cfg(), Some(&at("v2", 15))),
+        0,
+        "same content then"
+    );
+    assert_eq!(e.missed_change(&cfg(), Some(&at("v1", 15))), 1);
+    settle(&e).await;
+    let w = writes.0.lock().unwrap().clone();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].1[0].hash, Some(state("v2").digest.reloader_hash()));
+    let unknown = ConfigKey::new(ConfigKind::ConfigMap, "ns", "gone");
+    assert_eq!(
+        e.missed_change(&unknown, None),
+        0,
+        "not indexed: nothing to roll"
+    );
+}
+
+/// A change deferred to a backfill's list is not acted on yet: the acted version stays below
+/// it until the backfill ends and the change is queued (and then until it is written).
+#[tokio::test]
+async fn a_change_deferred_during_a_backfill_holds_the_acted_version_until_it_is_queued() {
+    let (e, writes, intake) = auto_deployment_with_intake();
+    e.acted.processed(ConfigKind::ConfigMap, 10);
+    intake.backfill_started(&["ns".to_string()]);
+    assert_eq!(intake.config_applied(cfg(), at("v2", 20), Phase::Live), 0);
+    e.acted.processed(ConfigKind::ConfigMap, 20);
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(19));
+    assert_eq!(intake.configs_backfilled(["ns"]), 1);
+    settle(&e).await;
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(20));
+}

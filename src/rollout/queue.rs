@@ -40,6 +40,9 @@ pub struct QueuedChange {
     /// This change's `reload` span, a child of the config event's span. Fields `result`,
     /// `coalesced_with` and `attempts` are recorded when the write ends.
     pub span: Span,
+    /// Keeps this replica's acted version below the change until the write ends (a newer
+    /// change of the same config that absorbs it holds its own).
+    pub acted: Option<crate::engine::ActedGuard>,
 }
 
 impl Coalesce for QueuedChange {

@@ -21,12 +21,14 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::assignment::Scheme;
-pub use super::handover::OwnershipChange;
 use super::handover::{self, HandoverStep};
+pub use super::handover::{CatchUp, OwnershipChange};
 use super::lease::{self, Member};
 use super::liveness::Liveness;
 use super::ranges::{Quantiles, fnv1a64};
 use super::{Assignment, Ownership, ShardSettings, ShardState};
+use crate::engine::{ActedTracker, ActedVersions};
+use std::collections::HashMap;
 
 /// Namespaces per page when the leader lists them for the shard quantiles (names only).
 const NAMESPACE_PAGE_SIZE: u32 = 1_000;
@@ -70,6 +72,14 @@ pub struct Coordinator {
     member_liveness: std::sync::Mutex<Liveness>,
     /// The same for the leader Lease.
     leader_liveness: std::sync::Mutex<Liveness>,
+    /// How far this replica has acted, published at each renewal.
+    acted: ActedTracker,
+    /// How far each member had acted, as last read from its Lease while it was live (a dead
+    /// member's last renewal is what a takeover catches up from).
+    members_acted: std::sync::Mutex<HashMap<String, ActedVersions>>,
+    /// What this replica's Lease said before this process started, held until the start-up
+    /// has caught up from it (taken by [`Coordinator::take_inherited`]).
+    inherited: std::sync::Mutex<Option<CatchUp>>,
 }
 
 impl Coordinator {
@@ -95,7 +105,36 @@ impl Coordinator {
             leaving: Default::default(),
             member_liveness: Default::default(),
             leader_liveness: Default::default(),
+            acted: ActedTracker::default(),
+            members_acted: Default::default(),
+            inherited: Default::default(),
         })
+    }
+
+    /// How far this replica has acted (the engine feeds it, the renewals publish it).
+    pub fn acted(&self) -> &ActedTracker {
+        &self.acted
+    }
+
+    /// What this replica had acted up to before a restart, with guards that keep the published
+    /// version there until the start-up's catch-up has queued what it found (once).
+    pub fn take_inherited(&self) -> Option<CatchUp> {
+        self.inherited.lock().expect("inherited lock").take()
+    }
+
+    /// Reads this replica's own Lease before the first renewal overwrites it.
+    async fn inherit_acted(&self) {
+        match lease::acted_before_start(&self.leases(), &self.settings.me).await {
+            Ok(since) if !since.is_empty() => {
+                info!(since = %since.to_annotation(), "catching up from what this replica had acted on before it restarted");
+                let held = self.acted.hold_at(&since);
+                *self.inherited.lock().expect("inherited lock") = Some(CatchUp { since, held });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "could not read this replica's Lease: changes made while it was down to workloads never reloaded are not caught up")
+            }
+        }
     }
 
     fn leases(&self) -> Api<Lease> {
@@ -103,12 +142,25 @@ impl Coordinator {
     }
 
     async fn members(&self) -> Result<Vec<Member>, kube::Error> {
-        lease::members(
+        let members = lease::members(
             &self.leases(),
             &self.member_liveness,
             self.settings.lease_duration,
         )
-        .await
+        .await?;
+        let mut acted = self.members_acted.lock().expect("members acted lock");
+        for m in members.iter().filter(|m| !m.acted.is_empty()) {
+            // A member that stopped renewing keeps the value of its last renewal: after a pause
+            // it may renew again with a version past the changes made while it was away.
+            if m.live {
+                acted.insert(m.identity.clone(), m.acted.clone());
+            } else {
+                acted
+                    .entry(m.identity.clone())
+                    .or_insert_with(|| m.acted.clone());
+            }
+        }
+        Ok(members)
     }
 
     fn configmaps(&self) -> Api<ConfigMap> {
@@ -129,6 +181,7 @@ impl Coordinator {
 
     /// Runs every loop until one fails for good (the caller exits the process).
     pub async fn run(self: Arc<Self>) -> Result<(), ShardError> {
+        self.inherit_acted().await;
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(self.clone().membership_loop());
         tasks.spawn(self.clone().leader_loop());
@@ -187,6 +240,7 @@ impl Coordinator {
             synced,
             released,
             leaving,
+            &self.acted.acted(),
         )
         .await
     }
@@ -392,12 +446,16 @@ impl Coordinator {
     /// Installs a newer assignment and tells the watch side what to index and forget.
     fn apply_assignment(&self, next: Assignment) {
         let before = self.owned_now();
+        let view = self.state.view();
         let next = Arc::new(next);
         let installed = self.state.update_view(|view| view.install(next.clone()));
         if !installed {
             return;
         }
-        let change = OwnershipChange::between(next.generation, &before, &self.owned_now());
+        let mut change = OwnershipChange::between(next.generation, &before, &self.owned_now());
+        if !change.entered.is_empty() {
+            change.catch_up = self.catch_up_for(&view, &next);
+        }
         info!(
             generation = next.generation,
             members = next.members.len(),
@@ -406,6 +464,20 @@ impl Coordinator {
         );
         let _ = self.changes.send(change);
         self.first_assignment.send_replace(true);
+    }
+
+    /// The versions the namespaces gained from members that left must be caught up from,
+    /// held here from now on (before the watch side gets to them).
+    fn catch_up_for(&self, before: &handover::ShardView, next: &Assignment) -> Option<CatchUp> {
+        let before: Vec<&Assignment> = [&before.current, &before.previous]
+            .into_iter()
+            .flatten()
+            .map(|a| a.as_ref())
+            .collect();
+        let acted = self.members_acted.lock().expect("members acted lock");
+        let since = handover::catch_up_since(&before, next, &acted)?;
+        let held = self.acted.hold_at(&since);
+        Some(CatchUp { since, held })
     }
 
     fn owned_now(&self) -> BTreeSet<String> {
@@ -470,6 +542,7 @@ impl Coordinator {
             generation,
             entered: vec![],
             left,
+            catch_up: None,
         });
         let _ = self.renew_once().await;
     }
@@ -543,6 +616,7 @@ mod tests {
             released_generation: 0,
             leaving: false,
             hash_ranges,
+            acted: Default::default(),
         }
     }
 

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use super::Assignment;
 use super::lease::Member;
+use crate::engine::{ActedGuard, ActedVersions};
 
 /// The assignments this replica acts on: the current one and, during a handover, the previous
 /// one (the old owner keeps acting until the new owners have synced: overlap, never a gap).
@@ -112,6 +113,9 @@ pub struct OwnershipChange {
     pub generation: u64,
     pub entered: Vec<String>,
     pub left: Vec<String>,
+    /// Members dropped from the assignment (crashed, paused, or leaving) had acted up to these
+    /// versions: what changed in the entered namespaces since was perhaps never acted on.
+    pub catch_up: Option<CatchUp>,
 }
 
 impl OwnershipChange {
@@ -121,8 +125,49 @@ impl OwnershipChange {
             generation,
             entered: after.difference(before).cloned().collect(),
             left: before.difference(after).cloned().collect(),
+            catch_up: None,
         }
     }
+}
+
+/// Config versions to catch up from, with guards that keep this replica's own acted version at
+/// or below them until the catch-up has queued what it found (a second crash meanwhile must not
+/// lose the first one's gap).
+#[derive(Debug, Clone)]
+pub struct CatchUp {
+    pub since: ActedVersions,
+    pub held: Vec<ActedGuard>,
+}
+
+impl PartialEq for CatchUp {
+    fn eq(&self, other: &Self) -> bool {
+        self.since == other.since
+    }
+}
+
+impl Eq for CatchUp {}
+
+/// The versions up to which every member that `before` had and `after` has not had acted (the
+/// lowest per config kind), from `acted` (the last value seen in each member's Lease). `None`
+/// when no member left, or none of those who left published a version.
+pub fn catch_up_since(
+    before: &[&Assignment],
+    after: &Assignment,
+    acted: &std::collections::HashMap<String, ActedVersions>,
+) -> Option<ActedVersions> {
+    let mut since: Option<ActedVersions> = None;
+    let gone = before
+        .iter()
+        .flat_map(|a| a.members.iter())
+        .filter(|m| !after.members.contains(m));
+    for member in gone {
+        if let Some(versions) = acted.get(member).filter(|v| !v.is_empty()) {
+            since
+                .get_or_insert_with(Default::default)
+                .min_with(versions);
+        }
+    }
+    since
 }
 
 /// What the handover loop does next, decided from a view snapshot and the member Leases.

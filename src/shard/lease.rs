@@ -12,6 +12,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::liveness::{LeaseRecord, Liveness};
+use crate::engine::ActedVersions;
 
 pub const LEADER_LEASE: &str = "stakater-reloader-lock";
 pub const MEMBER_LABEL: &str = "kube-reloader.io/member";
@@ -23,6 +24,8 @@ pub const LEAVING_ANNOTATION: &str = "kube-reloader.io/leaving";
 /// The ownership schemes this replica computes (`hash-ranges`): the leader publishes hash ranges
 /// only when every member says so, so replicas of an older release never disagree on owners.
 pub const OWNERSHIP_ANNOTATION: &str = "kube-reloader.io/ownership";
+/// How far the member has acted on config changes, per kind (see `engine::acted`).
+pub const ACTED_ANNOTATION: &str = "kube-reloader.io/acted-versions";
 const HASH_RANGES: &str = "hash-ranges";
 const FIELD_MANAGER: &str = "kube-reloader";
 
@@ -42,8 +45,9 @@ pub async fn renew_member(
     synced_generation: u64,
     released_generation: u64,
     leaving: bool,
+    acted: &ActedVersions,
 ) -> Result<(), kube::Error> {
-    let lease = json!({
+    let mut lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {
@@ -62,6 +66,11 @@ pub async fn renew_member(
             "renewTime": micro_time(now()),
         }
     });
+    // Left out while nothing is known (server-side apply then drops an older value, which a
+    // start-up read before its first renewal: `acted_before_start`).
+    if !acted.is_empty() {
+        lease["metadata"]["annotations"][ACTED_ANNOTATION] = json!(acted.to_annotation());
+    }
     api.patch(
         &member_lease_name(me),
         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -69,6 +78,16 @@ pub async fn renew_member(
     )
     .await?;
     Ok(())
+}
+
+/// What this replica's Lease says it had acted up to before this process started (a restart
+/// under the same name): the start-up catches up from there. Empty without a Lease.
+pub async fn acted_before_start(api: &Api<Lease>, me: &str) -> Result<ActedVersions, kube::Error> {
+    let lease = api.get_opt(&member_lease_name(me)).await?;
+    Ok(lease
+        .and_then(|l| l.metadata.annotations)
+        .and_then(|a| a.get(ACTED_ANNOTATION).map(|v| ActedVersions::parse(v)))
+        .unwrap_or_default())
 }
 
 /// Removes this replica's membership (graceful shutdown: the leader reassigns at once).
@@ -88,6 +107,8 @@ pub struct Member {
     pub leaving: bool,
     /// It computes hash-range owners ([`OWNERSHIP_ANNOTATION`]).
     pub hash_ranges: bool,
+    /// How far it had acted when it last renewed ([`ACTED_ANNOTATION`]).
+    pub acted: ActedVersions,
 }
 
 /// Every member Lease, live when it changed within its duration by this replica's monotonic
@@ -136,6 +157,10 @@ pub async fn members(
                 hash_ranges: annotations
                     .get(OWNERSHIP_ANNOTATION)
                     .is_some_and(|v| v.split(',').any(|s| s.trim() == HASH_RANGES)),
+                acted: annotations
+                    .get(ACTED_ANNOTATION)
+                    .map(|v| ActedVersions::parse(v))
+                    .unwrap_or_default(),
             })
         })
         .collect())

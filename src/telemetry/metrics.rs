@@ -110,6 +110,8 @@ pub struct Metrics {
     reload_latency: Histogram,
     watch_restarts: Family<ResourceLabel, Counter>,
     backfill_list_failures: Family<ResourceLabel, Counter>,
+    catch_ups: Family<ResultLabel, Counter>,
+    catch_up_changes: Counter,
     index_configs: Gauge,
     index_workloads: Gauge,
     index_edges: Gauge,
@@ -152,6 +154,8 @@ impl Metrics {
             reload_latency: Histogram::new(latency_buckets()),
             watch_restarts: Family::default(),
             backfill_list_failures: Family::default(),
+            catch_ups: Family::default(),
+            catch_up_changes: Counter::default(),
             index_configs: Gauge::default(),
             index_workloads: Gauge::default(),
             index_edges: Gauge::default(),
@@ -373,6 +377,20 @@ impl Metrics {
             "LISTs of a shard handover or namespace backfill that failed and were retried, by \
              resource (the namespaces count as synced only once they succeed).",
             self.backfill_list_failures.clone(),
+        );
+        own.register(
+            "catch_ups",
+            "Catch-ups of changes nobody acted on (after a takeover from a replica that left, or \
+             a restart), per config kind, by result: compared (listed at the version the \
+             previous owner had acted up to), compacted (that history was gone: configs newer \
+             than it counted as changed), failed (the list kept failing).",
+            self.catch_ups.clone(),
+        );
+        own.register(
+            "catch_up_changes",
+            "Configs a catch-up found changed while nobody acted on them (each rolled as a \
+             change).",
+            self.catch_up_changes.clone(),
         );
         own.register(
             "index_configs",
@@ -626,6 +644,15 @@ impl WatchObserver for Arc<Metrics> {
                 resource: resource.into(),
             })
             .inc();
+    }
+
+    fn catch_up(&self, result: &'static str, changed: usize) {
+        self.catch_ups
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+        self.catch_up_changes.inc_by(changed as u64);
     }
 }
 

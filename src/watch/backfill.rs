@@ -19,6 +19,7 @@ use crate::config::NamespaceScope;
 use crate::engine::Phase;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::resources::{api_resource, spc_pod_status_resource};
+use crate::shard::coordinator::CatchUp;
 use crate::shard::server_filter::with_selector;
 
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
@@ -42,7 +43,8 @@ impl WatchContext {
                     .filter(|ns| self.ownership.owns(ns))
                     .cloned()
                     .collect();
-                self.namespaces_entered(&entered).await;
+                self.namespaces_entered(&entered, change.catch_up.as_ref())
+                    .await;
             }
             for ns in &change.left {
                 if !self.ownership.owns(ns) {
@@ -57,14 +59,20 @@ impl WatchContext {
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
     pub(super) async fn namespace_entered(&self, namespace: &str) {
-        self.namespaces_entered(&[namespace.to_string()]).await;
+        self.namespaces_entered(&[namespace.to_string()], None)
+            .await;
     }
 
     /// Indexes namespaces gained (selection or shard handover) as a start-up would, then
     /// reconciles their recorded hashes. A few namespaces are listed one by one; many at once
     /// (a handover) are listed with one paginated list per kind, so a takeover of thousands of
-    /// namespaces costs a handful of LIST calls, not thousands.
-    pub(super) async fn namespaces_entered(&self, namespaces: &[String]) {
+    /// namespaces costs a handful of LIST calls, not thousands. Namespaces gained from members
+    /// that left are then caught up from the versions they had acted up to (`catch_up.rs`).
+    pub(super) async fn namespaces_entered(
+        &self,
+        namespaces: &[String],
+        catch_up: Option<&CatchUp>,
+    ) {
         let namespaces = self.in_scope(namespaces);
         let namespaces = namespaces.as_slice();
         if namespaces.is_empty() {
@@ -76,10 +84,11 @@ impl WatchContext {
         // Config states kept from before the namespace moved away (`Intake::namespace_moved_away`).
         let kept = self.index.config_versions_in(&wanted);
         let listed = std::sync::Mutex::new(HashSet::new());
-        for target in self.list_targets(namespaces) {
-            self.list_workloads(&target, &wanted).await;
+        let targets = self.list_targets(namespaces);
+        for target in &targets {
+            self.list_workloads(target, &wanted).await;
             // After the workloads: a config change met here fans out to them (see Intake).
-            self.list_all_configs(&target, &wanted, &listed).await;
+            self.list_all_configs(target, &wanted, &listed).await;
             match target.namespace() {
                 Some(ns) => self.engine.configs_backfilled([ns]),
                 None => self
@@ -90,6 +99,10 @@ impl WatchContext {
         self.engine
             .configs_backfilled(namespaces.iter().map(String::as_str));
         self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
+        if let Some(catch_up) = catch_up {
+            let gained = |ns: &str| wanted.contains(ns);
+            self.catch_up(&targets, &gained, &catch_up.since).await;
+        }
         let set: HashSet<String> = namespaces.iter().cloned().collect();
         let queued = self.engine.reconcile_recorded(Some(&set));
         info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
@@ -105,6 +118,15 @@ impl WatchContext {
                 .filter(|n| nss.iter().any(|s| s == *n))
                 .cloned()
                 .collect(),
+        }
+    }
+
+    /// Where a start-up lists everything it owns: across the cluster (sharded to this replica
+    /// by the client when the server shards), or each namespace of the scope.
+    pub(super) fn start_targets(&self) -> Vec<ListTarget> {
+        match &self.settings.scope {
+            NamespaceScope::All => vec![ListTarget::All],
+            NamespaceScope::Only(nss) => nss.iter().cloned().map(ListTarget::Namespace).collect(),
         }
     }
 
@@ -319,7 +341,7 @@ const BACKFILL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(1
 /// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
 /// only the gained namespaces: collecting every page first held the whole cluster's configs and
 /// workloads at once (a replica went from 66 to ~770 MiB in the 4-replica medium load test).
-struct Pages<'a, K> {
+pub(super) struct Pages<'a, K> {
     api: &'a Api<K>,
     params: Option<ListParams>,
     /// Sent with every page (the API server shards the list to these ranges).
@@ -331,7 +353,11 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     /// `params` carries the page size (`limit`).
-    fn new(api: &'a Api<K>, params: ListParams, shard_selector: Option<&'a str>) -> Self {
+    pub(super) fn new(
+        api: &'a Api<K>,
+        params: ListParams,
+        shard_selector: Option<&'a str>,
+    ) -> Self {
         Self {
             api,
             params: Some(params),
@@ -340,7 +366,7 @@ where
     }
 
     /// The next page; `None` after the last page or an error.
-    async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
+    pub(super) async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
         let params = self.params.take()?;
         let page = match self.shard_selector {
             None => self.api.list(&params).await,
@@ -381,7 +407,7 @@ where
 }
 
 /// Where a backfill lists.
-enum ListTarget {
+pub(super) enum ListTarget {
     /// One namespace.
     Namespace(String),
     /// Every namespace (still sharded to this replica's selector when the server shards).
@@ -391,14 +417,14 @@ enum ListTarget {
 }
 
 impl ListTarget {
-    fn namespace(&self) -> Option<&str> {
+    pub(super) fn namespace(&self) -> Option<&str> {
         match self {
             Self::Namespace(ns) => Some(ns),
             Self::All | Self::Ranges(_) => None,
         }
     }
 
-    fn shard_selector(&self) -> Option<&str> {
+    pub(super) fn shard_selector(&self) -> Option<&str> {
         match self {
             Self::Ranges(selector) => Some(selector),
             Self::Namespace(_) | Self::All => None,

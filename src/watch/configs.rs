@@ -104,6 +104,8 @@ where
 pub(super) struct Reduced {
     key: Option<ConfigKey>,
     state: Option<ConfigState>,
+    /// The object's resourceVersion, whoever owns it: how far the watch has delivered.
+    version: u64,
 }
 
 /// ConfigMaps and Secrets into the index.
@@ -116,10 +118,18 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
     type Key = ConfigKey;
 
     async fn apply(&mut self, obj: Reduced, phase: Phase) -> Option<ConfigKey> {
-        let (key, state) = (obj.key?, obj.state?);
-        self.ctx.before_change(&key, &state, phase).await;
-        self.ctx.engine.config_applied(key.clone(), state, phase);
-        Some(key)
+        let acted = self.ctx.engine.acted().clone();
+        let version = obj.version;
+        let applied = async {
+            let (key, state) = (obj.key?, obj.state?);
+            self.ctx.before_change(&key, &state, phase).await;
+            self.ctx.engine.config_applied(key.clone(), state, phase);
+            Some(key)
+        }
+        .await;
+        // After the engine queued what it rolls (each queued change holds the version below it).
+        acted.processed(self.kind, version);
+        applied
     }
 
     async fn delete(&mut self, obj: Reduced) {
@@ -129,6 +139,7 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
             }
             self.ctx.engine.config_deleted(&key);
         }
+        self.ctx.engine.acted().processed(self.kind, obj.version);
     }
 
     fn list_mark(&self) -> ListMark {
@@ -179,10 +190,12 @@ impl WatchContext {
     /// Reduces one config object to its key and state (hashed on the digest pool); a deleted
     /// one to its key only.
     async fn reduce<K: ConfigSource>(&self, obj: K, deleted: bool) -> Reduced {
+        let version = crate::index::resource_version(obj.meta());
         let Some(ns) = obj.namespace() else {
             return Reduced {
                 key: None,
                 state: None,
+                version,
             };
         };
         if deleted {
@@ -190,12 +203,14 @@ impl WatchContext {
             return Reduced {
                 key: Some(key),
                 state: None,
+                version,
             };
         }
         if !self.ownership.owns(&ns) {
             return Reduced {
                 key: None,
                 state: None,
+                version,
             };
         }
         let key = ConfigKey::interned(K::KIND, &ns, &obj.name_any());
@@ -209,6 +224,7 @@ impl WatchContext {
         Reduced {
             key: Some(key),
             state,
+            version,
         }
     }
 

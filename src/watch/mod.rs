@@ -7,6 +7,7 @@
 //! down are real changes, not lost ones. Namespaces gained later are listed by `backfill.rs`.
 
 mod backfill;
+mod catch_up;
 mod configs;
 mod driver;
 mod ignored_secrets;
@@ -55,6 +56,9 @@ pub trait WatchObserver: Send + Sync + 'static {
     fn backfill_list_failed(&self, _resource: &'static str) {}
     /// Whether the API server is asked to send only this replica's namespaces.
     fn server_side_sharding(&self, _on: bool) {}
+    /// A catch-up of changes nobody acted on ran for one config kind (`catch_up.rs`): how it
+    /// went and how many configs it found changed.
+    fn catch_up(&self, _result: &'static str, _changed: usize) {}
 }
 
 impl WatchObserver for () {}
@@ -142,6 +146,11 @@ impl WatchContext {
         let configs_synced = configs::spawn_all(&self, &mut tasks, streaming);
         configs_synced.wait().await;
         info!(sizes = ?self.index.sizes(), "configs synced");
+        if let Some(inherited) = shard.as_ref().and_then(|l| l.coordinator.take_inherited()) {
+            let owned = |ns: &str| self.ownership.owns(ns);
+            self.catch_up(&self.start_targets(), &owned, &inherited.since)
+                .await;
+        }
         self.engine.reconcile_recorded(None);
         self.ready.store(true, Ordering::Release);
         info!("ready");

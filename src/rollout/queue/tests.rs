@@ -50,6 +50,7 @@ fn change(config: &str, hash: &str) -> QueuedChange {
         },
         observed_at: Instant::now(),
         span: Span::none(),
+        acted: None,
     }
 }
 

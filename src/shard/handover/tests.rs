@@ -16,6 +16,7 @@ fn member(identity: &str, live: bool, synced: u64, released: u64) -> Member {
         released_generation: released,
         leaving: false,
         hash_ranges: true,
+        acted: Default::default(),
     }
 }
 
@@ -104,6 +105,50 @@ fn an_ownership_change_lists_namespaces_entered_and_left() {
             generation: 4,
             entered: vec!["c".into()],
             left: vec!["a".into()],
+            catch_up: None,
         }
+    );
+}
+
+#[test]
+fn a_catch_up_starts_from_the_lowest_version_of_the_members_that_left() {
+    use crate::engine::ActedVersions;
+    use crate::model::ConfigKind::{ConfigMap, Secret};
+    let assignment = |members: &[&str]| Assignment {
+        generation: 1,
+        members: members.iter().map(|m| m.to_string()).collect(),
+        ..Default::default()
+    };
+    let acted: std::collections::HashMap<String, ActedVersions> = [
+        ("r0", [(ConfigMap, 50), (Secret, 60)]),
+        ("r1", [(ConfigMap, 40), (Secret, 70)]),
+        ("r2", [(ConfigMap, 10), (Secret, 10)]),
+    ]
+    .into_iter()
+    .map(|(m, v)| (m.to_string(), v.into_iter().collect()))
+    .collect();
+    let (before, previous) = (assignment(&["r0", "r1", "r2"]), assignment(&["r0", "r1"]));
+    // r2 stays: it hands over with an overlap, nothing to catch up from it.
+    assert_eq!(
+        catch_up_since(&[&before], &assignment(&["r2", "r3"]), &acted),
+        Some([(ConfigMap, 40), (Secret, 60)].into_iter().collect())
+    );
+    assert_eq!(
+        catch_up_since(&[&before], &assignment(&["r0", "r1", "r2", "r3"]), &acted),
+        None
+    );
+    // A member of the previous assignment still in transition counts as well.
+    assert_eq!(
+        catch_up_since(
+            &[&previous, &assignment(&["r3"])],
+            &assignment(&["r0", "r3"]),
+            &acted
+        ),
+        Some([(ConfigMap, 40), (Secret, 70)].into_iter().collect())
+    );
+    // A member that never published a version (an older release) cannot be caught up from.
+    assert_eq!(
+        catch_up_since(&[&assignment(&["r9", "r0"])], &assignment(&["r0"]), &acted),
+        None
     );
 }
