@@ -136,6 +136,7 @@ fn bench_fan_out(c: &mut Criterion) {
                     ignore: false,
                     matched: false,
                     resource_version: 0,
+                    waves: None,
                 }
             })
             .collect();

@@ -115,6 +115,7 @@ fn state(i: usize, precise_keys: bool) -> ConfigState {
         ignore: false,
         matched: false,
         resource_version: 1000 + i as u64,
+        waves: None,
     }
 }
 

@@ -28,6 +28,7 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
 use crate::watch::WatchContext;
 use crate::watch::{ShardLink, WatchError};
+use crate::waves::{KubeReader, WaveNotice, WaveRunner};
 
 /// What the API server (its audit log, its request logs) sees as the client.
 pub const USER_AGENT: &str = concat!("kube-reloader/", env!("CARGO_PKG_VERSION"));
@@ -252,6 +253,7 @@ fn build_pipeline(
         .transpose()
         .context("ALERT_WEBHOOK_PROXY")?;
     let breaker_alerter = alerter.clone();
+    let wave_alerter = alerter.clone();
     let outcomes = Arc::new(Outcomes {
         metrics: started.metrics.clone(),
         alerter,
@@ -279,6 +281,18 @@ fn build_pipeline(
             breaker,
         ));
     }
+    let (runner, wave_notices) = WaveRunner::new(
+        KubeReader(client.clone()),
+        settings.keys.clone(),
+        settings.wave_poll_interval,
+    );
+    engine = engine.with_waves(Arc::new(runner));
+    tokio::spawn(publish_wave_notices(
+        wave_notices,
+        events.clone(),
+        wave_alerter,
+        started.metrics.clone(),
+    ));
     let engine = Arc::new(engine);
     tokio::spawn(engine.clone().run_breaker_releases());
     let pool = match settings.digest_workers {
@@ -304,6 +318,51 @@ async fn publish_breaker_notices(
         events.churn_breaker(&reference, opened, text.clone()).await;
         if let Some(alerter) = &alerter {
             alerter.churn_breaker(&text);
+        }
+    }
+}
+
+/// Each halt of a change rolled in waves as a Warning Event on the config and on every
+/// workload it holds, an alert and a metric; a release and a completion likewise.
+async fn publish_wave_notices(
+    mut notices: tokio::sync::mpsc::UnboundedReceiver<WaveNotice>,
+    events: EventSink,
+    alerter: Option<Alerter>,
+    metrics: Arc<crate::telemetry::metrics::Metrics>,
+) {
+    use crate::resources::{config_reference, workload_reference};
+    while let Some(notice) = notices.recv().await {
+        metrics.wave_notice(&notice);
+        let (config, text, halted, held) = match notice {
+            WaveNotice::Halted(halt) => {
+                let text = format!(
+                    "Reload halted: {halt}. Fix the config (a new change starts \
+                    again), or release the held workloads with `kube-reloader resume`."
+                );
+                (halt.config.clone(), text, true, halt.held)
+            }
+            WaveNotice::Released { config, held } => {
+                let text = format!(
+                    "Reload resumed: the {} workloads held by the halted change \
+                    of {}/{} are rolled.",
+                    held.len(),
+                    config.kind.as_str(),
+                    config.name
+                );
+                (config, text, false, Vec::new())
+            }
+            WaveNotice::Completed { .. } => continue,
+        };
+        events
+            .wave_halt(&config_reference(&config), halted, text.clone())
+            .await;
+        for workload in &held {
+            events
+                .wave_halt(&workload_reference(workload, None), true, text.clone())
+                .await;
+        }
+        if let Some(alerter) = &alerter {
+            alerter.wave_halt(&text);
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::model::{ConfigKey, Counted};
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
+use crate::waves::{Candidate, WaveItem, WavePolicy, WaveRunner, WaveSink};
 
 pub mod acted;
 pub mod breaker;
@@ -51,6 +52,8 @@ pub struct Engine<W, O, C = ()> {
     breaker_notices: Option<tokio::sync::mpsc::UnboundedSender<BreakerNotice>>,
     /// How far this replica has acted (published in its membership Lease).
     acted: ActedTracker,
+    /// Rolls large fan-outs in health-gated waves (`--waves`, or a config's own policy).
+    waves: Option<Arc<WaveRunner>>,
 }
 
 /// A config event as the fan-out sees it.
@@ -177,7 +180,19 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             breaker,
             breaker_notices: None,
             acted: ActedTracker::default(),
+            waves: None,
         }
+    }
+
+    /// Rolls large fan-outs through `runner` when a wave policy applies.
+    pub fn with_waves(mut self, runner: Arc<WaveRunner>) -> Self {
+        self.waves = Some(runner);
+        self
+    }
+
+    /// The wave runner (explain reads halts from it).
+    pub fn waves(&self) -> Option<&Arc<WaveRunner>> {
+        self.waves.as_ref()
     }
 
     /// Shares `acted` with whoever publishes it (the shard coordinator).
@@ -242,6 +257,9 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 }
             };
         }
+        if phase.after_startup() {
+            self.release_if_resumed(&key, previous.as_ref(), &state);
+        }
         match (self.index.apply_config(key.clone(), state.clone()), phase) {
             (ConfigTransition::Unchanged, _) => 0,
             (ConfigTransition::Changed, _) if self.admitted(&event) => self.fan_out(event),
@@ -257,6 +275,21 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 self.fan_out(event)
             }
             (ConfigTransition::Created, _) => 0,
+        }
+    }
+
+    /// A new value of the config's `kube-reloader.io/resume` releases its halted change.
+    fn release_if_resumed(
+        &self,
+        key: &ConfigKey,
+        previous: Option<&ConfigState>,
+        state: &ConfigState,
+    ) {
+        let resume = |s: &ConfigState| s.waves.as_ref().and_then(|w| w.resume.clone());
+        let Some(runner) = &self.waves else { return };
+        let now = resume(state);
+        if now.is_some() && now != previous.and_then(resume) && runner.release(key) {
+            info!(config = %key, "resume annotation changed: releasing the halted change");
         }
     }
 
@@ -406,6 +439,13 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             reloads = tracing::field::Empty,
         );
         let (mut candidates, mut affected) = (0, 0);
+        // A newer change of the config replaces any it is still rolling in waves.
+        let waves = self.waves.as_ref().and_then(|runner| {
+            runner.supersede(key);
+            self.wave_policy(key, state, deleted)
+                .map(|policy| (runner, policy, Vec::new()))
+        });
+        let mut waves = waves;
         for entry in self.index.candidates(key) {
             candidates += 1;
             let Some(reason) = self.decide(key, state, &entry) else {
@@ -425,8 +465,24 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 observed_at,
                 version: state.resource_version,
             };
-            self.enqueue(&entry, change, Priority::Live, &span);
+            let queued = self.queued_change(&entry, change, &span);
+            match waves.as_mut() {
+                Some((_, _, items)) => items.push(WaveItem {
+                    candidate: Candidate {
+                        key: entry.key.clone(),
+                        canary: entry.canary,
+                    },
+                    change: queued,
+                    priority: Priority::Live,
+                }),
+                None => self
+                    .queue
+                    .enqueue_as(entry.key.clone(), queued, Priority::Live),
+            }
             affected += 1;
+        }
+        if let Some((runner, policy, items)) = waves {
+            self.roll_in_waves(runner, key, policy, items);
         }
         decision.record("candidates", candidates);
         decision.record("reloads", affected);
@@ -477,6 +533,57 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         priority: Priority,
         parent: &Span,
     ) {
+        let queued = self.queued_change(entry, change, parent);
+        self.queue.enqueue_as(entry.key.clone(), queued, priority);
+    }
+
+    /// The wave policy of a change of `key` (`None`: waves are off for it, or it is a deletion).
+    fn wave_policy(
+        &self,
+        key: &ConfigKey,
+        state: &ConfigState,
+        deleted: bool,
+    ) -> Option<WavePolicy> {
+        if deleted {
+            return None;
+        }
+        let own = state.waves.as_ref().and_then(|w| w.policy());
+        if let Some(own) = &own {
+            debug!(config = %key, policy = ?own, "the config's own wave policy");
+        }
+        crate::waves::policy::resolve(self.settings.waves.as_ref(), None, own.as_ref())
+    }
+
+    /// Above the policy's threshold the runner rolls `items` wave by wave; at or under it they
+    /// are all queued now, as without waves.
+    fn roll_in_waves(
+        &self,
+        runner: &Arc<WaveRunner>,
+        key: &ConfigKey,
+        policy: WavePolicy,
+        items: Vec<WaveItem>,
+    ) {
+        if items.len() <= policy.threshold {
+            for item in items {
+                self.queue
+                    .enqueue_as(item.candidate.key, item.change, item.priority);
+            }
+            return;
+        }
+        let queue = self.queue.clone();
+        let sink: WaveSink = Arc::new(move |workload, change, priority| {
+            queue.enqueue_as(workload, change, priority)
+        });
+        runner.start(key.clone(), policy, items, sink);
+    }
+
+    /// The change as the queue takes it, with its `reload` span under `parent`.
+    fn queued_change(
+        &self,
+        entry: &WorkloadEntry,
+        change: Change<'_>,
+        parent: &Span,
+    ) -> QueuedChange {
         let Change {
             config: key,
             hash,
@@ -501,21 +608,17 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             attempts = tracing::field::Empty,
         );
         crate::spans::annotate_workload(&span, &entry.key);
-        self.queue.enqueue_as(
-            entry.key.clone(),
-            QueuedChange {
-                change: TemplateChange {
-                    config: key.clone(),
-                    hash,
-                    counted,
-                    explicit: reason == ReloadReason::ExplicitList,
-                },
-                observed_at,
-                span,
-                acted: Some(self.acted.change_pending(key.kind, version)),
+        QueuedChange {
+            change: TemplateChange {
+                config: key.clone(),
+                hash,
+                counted,
+                explicit: reason == ReloadReason::ExplicitList,
             },
-            priority,
-        );
+            observed_at,
+            span,
+            acted: Some(self.acted.change_pending(key.kind, version)),
+        }
     }
 
     /// A change the previous owner of the config's namespace had not acted on when it stopped

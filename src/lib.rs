@@ -44,6 +44,8 @@ pub mod index;
 pub mod rollout;
 /// The watches (and listed fallbacks) that feed the engine.
 pub mod watch;
+/// Safe reloads: a large fan-out rolled in health-gated waves, halted when a wave fails.
+pub mod waves;
 
 // Edges: what the outside sees and asks.
 /// Wires the stages together and runs them.

@@ -34,6 +34,7 @@ fn state(value: &str, resource_version: u64) -> ConfigState {
         ignore: false,
         matched: false,
         resource_version,
+        waves: None,
     }
 }
 

@@ -535,7 +535,10 @@ async fn a_crashed_replicas_namespaces_are_served_again_and_gap_changes_reloaded
     // Server-side sharding off: with it, a taker's watches re-open with the gained ranges from
     // their last resourceVersion, and the API server replays the gap's events when that version
     // is recent; without it (and whenever the version is too old) only the catch-up finds them.
-    let flags = ["--reload-strategy=annotations", "--server-side-sharding=off"];
+    let flags = [
+        "--reload-strategy=annotations",
+        "--server-side-sharding=off",
+    ];
     for name in ["r0", "r1", "r2"] {
         replicas.insert(name, fleet.replica(name, &flags).await);
     }

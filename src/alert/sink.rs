@@ -136,11 +136,19 @@ impl Alerter {
 
     /// The churn breaker opened or closed on a config.
     pub fn churn_breaker(&self, text: &str) {
-        let text = match self.config.additional_info.as_deref().map(str::trim) {
+        self.send(self.with_info(text), "churn breaker alert");
+    }
+
+    /// A change rolled in waves halted (or its halt was released).
+    pub fn wave_halt(&self, text: &str) {
+        self.send(self.with_info(text), "reload halt alert");
+    }
+
+    fn with_info(&self, text: &str) -> String {
+        match self.config.additional_info.as_deref().map(str::trim) {
             Some(info) => format!("{info} : {text}"),
             None => text.to_string(),
-        };
-        self.send(text, "churn breaker alert");
+        }
     }
 
     fn send(&self, text: String, what: &'static str) {

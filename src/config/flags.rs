@@ -247,6 +247,25 @@ pub struct Flags {
     #[arg(long, default_value = "2m", value_parser = positive_go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]
     pub churn_quiet: Duration,
+
+    /// Safe reloads (not Reloader's): the default wave policy, e.g.
+    /// `threshold=20,canary=5%,growth=2,deadline=5m` (or `on` for the defaults). A change that
+    /// affects more workloads than the threshold is rolled in waves, each only when the one
+    /// before is healthy, and halted when a wave fails. Unset: off, unless a config or its
+    /// namespace says otherwise (`kube-reloader.io/waves`; docs/safe-reloads.md).
+    #[arg(long, value_parser = parse_wave_policy)]
+    pub waves: Option<String>,
+
+    /// How often the workloads of a rolling wave are read (Go duration).
+    #[arg(long, default_value = "2s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub wave_poll_interval: Duration,
+}
+
+fn parse_wave_policy(raw: &str) -> Result<String, String> {
+    crate::waves::PolicyText::parse(raw)
+        .map(|_| raw.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Settings Reloader reads from environment variables (its chart sets them), and the

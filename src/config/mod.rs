@@ -104,6 +104,10 @@ pub struct Settings {
     pub precise_keys: PreciseKeys,
     /// The churn breaker, with `--churn-limit` above 0.
     pub churn_breaker: Option<BreakerSettings>,
+    /// `--waves`: the default wave policy (`None`: off unless a config says otherwise).
+    pub waves: Option<crate::waves::PolicyText>,
+    /// `--wave-poll-interval`.
+    pub wave_poll_interval: std::time::Duration,
 }
 
 impl Settings {
@@ -235,6 +239,11 @@ impl TryFrom<Flags> for Settings {
                 window: f.churn_window,
                 quiet: f.churn_quiet,
             }),
+            waves: f
+                .waves
+                .as_deref()
+                .and_then(|raw| crate::waves::PolicyText::parse(raw).ok()),
+            wave_poll_interval: f.wave_poll_interval,
         })
     }
 }

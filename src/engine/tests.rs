@@ -64,6 +64,7 @@ fn state(value: &str) -> ConfigState {
         ignore: false,
         matched: false,
         resource_version: 0,
+        waves: None,
     }
 }
 
@@ -480,6 +481,7 @@ fn keyed(a: &str, b: &str) -> ConfigState {
         ignore: false,
         matched: false,
         resource_version: 0,
+        waves: None,
     }
 }
 

@@ -324,6 +324,7 @@ mod tests {
                 ignore: true,
                 matched: false,
                 resource_version: 1,
+                waves: None,
             },
         );
         let flags = Flags::try_parse_from(["kube-reloader", "--namespaces-to-ignore=other"]);

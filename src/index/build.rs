@@ -90,7 +90,13 @@ pub fn workload_entry_from_object(
         template,
         paused: object.paused(),
     };
-    entry_from_parts(workload, keys)
+    let mut entry = entry_from_parts(workload, keys)?;
+    entry.canary = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::waves::CANARY_LABEL))
+        .is_some_and(|v| v == "true");
+    Ok(entry)
 }
 
 /// What an entry is built from, however the workload was decoded.
@@ -171,6 +177,7 @@ fn entry_from_parts(
         uses,
         paused_at,
         paused,
+        canary: false,
     })
 }
 

@@ -7,7 +7,7 @@ use crate::digest::{Digest, KeyDigests};
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey};
 use crate::policy::{NamePattern, ReloadPolicy};
 
-/// A config reduced to what decisions need. 80 bytes, plus 24 a key with `--precise-keys`;
+/// A config reduced to what decisions need. 88 bytes, plus 24 a key with `--precise-keys`;
 /// no payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigState {
@@ -19,6 +19,48 @@ pub struct ConfigState {
     /// The object's resourceVersion as a number (0: unknown). Used only to order two views of
     /// the same object: a watch event older than a list already applied is not a change.
     pub resource_version: u64,
+    /// Its wave annotations (`kube-reloader.io/waves`, `kube-reloader.io/resume`), on the heap
+    /// and only when it has one: most configs have neither.
+    pub waves: Option<Box<ConfigWaves>>,
+}
+
+/// A config's wave annotations (`src/waves/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWaves {
+    /// Its own wave policy, as written and known to parse (`None`: the namespace's or the
+    /// flag's applies).
+    pub policy: Option<String>,
+    /// The value of `kube-reloader.io/resume`: a new value releases the config's halt.
+    pub resume: Option<String>,
+}
+
+impl ConfigWaves {
+    /// The config's own policy, parsed.
+    pub fn policy(&self) -> Option<crate::waves::PolicyText> {
+        self.policy
+            .as_deref()
+            .and_then(|raw| crate::waves::PolicyText::parse(raw).ok())
+    }
+
+    /// Read from a config's annotations; `None` when it has neither. A malformed policy is
+    /// reported and left out (the namespace's or the flag's then applies).
+    pub fn from_annotations(
+        annotations: &std::collections::BTreeMap<String, String>,
+        config: &ConfigKey,
+    ) -> Option<Box<ConfigWaves>> {
+        use crate::waves::{PolicyText, RESUME_ANNOTATION, WAVES_ANNOTATION};
+        let policy = annotations.get(WAVES_ANNOTATION).and_then(|raw| {
+            PolicyText::parse(raw)
+                .map_err(|error| {
+                    tracing::warn!(%config, annotation = WAVES_ANNOTATION, %error,
+                        "bad wave policy on the config: the namespace's or the flag's applies")
+                })
+                .ok()
+                .map(|_| raw.clone())
+        });
+        let resume = annotations.get(RESUME_ANNOTATION).cloned();
+        (policy.is_some() || resume.is_some()).then(|| Box::new(ConfigWaves { policy, resume }))
+    }
 }
 
 impl ConfigState {
@@ -66,6 +108,8 @@ pub struct WorkloadEntry {
     pub paused_at: Option<i64>,
     /// `spec.paused` of a Deployment.
     pub paused: bool,
+    /// Labelled `kube-reloader.io/canary=true`: first in the waves of a change (`src/waves/`).
+    pub canary: bool,
 }
 
 impl WorkloadEntry {

@@ -15,7 +15,7 @@ mod wire;
 pub use build::{BuildError, workload_entry, workload_entry_from_object};
 pub use wire::WorkloadObject;
 
-pub use entry::{ConfigState, IndexedUse, WorkloadEntry};
+pub use entry::{ConfigState, ConfigWaves, IndexedUse, WorkloadEntry};
 use users::Users;
 
 use std::collections::HashSet;

@@ -241,6 +241,7 @@ mod tests {
             ignore: false,
             matched: false,
             resource_version: 7,
+            waves: None,
         }
     }
 

@@ -213,6 +213,16 @@ impl EventSink {
         self.publish(config, type_, reason, note, true).await;
     }
 
+    /// A change rolled in waves halted (Warning `ReloadHalted`, on the config and on each
+    /// workload it holds) or its halt was released (`ReloadResumed`).
+    pub async fn wave_halt(&self, reference: &ObjectReference, halted: bool, note: String) {
+        let (type_, reason) = match halted {
+            true => (EventType::Warning, "ReloadHalted"),
+            false => (EventType::Normal, "ReloadResumed"),
+        };
+        self.publish(reference, type_, reason, note, true).await;
+    }
+
     /// A bad annotation value (invalid regex, pause period, rollout strategy).
     pub async fn bad_annotation(&self, reference: &ObjectReference, note: String) {
         self.publish(

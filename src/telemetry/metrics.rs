@@ -112,6 +112,8 @@ pub struct Metrics {
     backfill_list_failures: Family<ResourceLabel, Counter>,
     catch_ups: Family<ResultLabel, Counter>,
     catch_up_changes: Counter,
+    wave_sequences: Family<ResultLabel, Counter>,
+    wave_held: Counter,
     index_configs: Gauge,
     index_workloads: Gauge,
     index_edges: Gauge,
@@ -156,6 +158,8 @@ impl Metrics {
             backfill_list_failures: Family::default(),
             catch_ups: Family::default(),
             catch_up_changes: Counter::default(),
+            wave_sequences: Family::default(),
+            wave_held: Counter::default(),
             index_configs: Gauge::default(),
             index_workloads: Gauge::default(),
             index_edges: Gauge::default(),
@@ -391,6 +395,18 @@ impl Metrics {
             "Configs a catch-up found changed while nobody acted on them (each rolled as a \
              change).",
             self.catch_up_changes.clone(),
+        );
+        own.register(
+            "wave_sequences",
+            "Changes rolled in waves (docs/safe-reloads.md) that ended, by result: completed \
+             (every wave healthy), halted (a wave failed: the rest held), released (a halt \
+             released by the resume annotation).",
+            self.wave_sequences.clone(),
+        );
+        own.register(
+            "wave_held_workloads",
+            "Workloads held by halted changes (counted when the halt happens).",
+            self.wave_held.clone(),
         );
         own.register(
             "index_configs",
@@ -653,6 +669,26 @@ impl WatchObserver for Arc<Metrics> {
             })
             .inc();
         self.catch_up_changes.inc_by(changed as u64);
+    }
+}
+
+impl Metrics {
+    /// A change rolled in waves completed, halted or was released.
+    pub fn wave_notice(&self, notice: &crate::waves::WaveNotice) {
+        use crate::waves::WaveNotice;
+        let result = match notice {
+            WaveNotice::Completed { .. } => "completed",
+            WaveNotice::Halted(halt) => {
+                self.wave_held.inc_by(halt.held.len() as u64);
+                "halted"
+            }
+            WaveNotice::Released { .. } => "released",
+        };
+        self.wave_sequences
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
     }
 }
 

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 use crate::config::PreciseKeys;
 use crate::digest::{ConfigPayload, ConfigSource, DigestPoolClosed};
 use crate::engine::Phase;
-use crate::index::ConfigState;
+use crate::index::{ConfigState, ConfigWaves};
 use crate::model::{ConfigKey, ConfigKind};
 use crate::resources::{spc_pod_status_resource, spc_resource};
 use crate::shard::ListMark;
@@ -236,6 +236,13 @@ impl WatchContext {
         let annotations = obj.annotations();
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
         let matched = self.flag(annotations, &self.settings.keys.match_);
+        let waves = match (obj.namespace(), annotations.is_empty()) {
+            (Some(ns), false) => {
+                let key = ConfigKey::new(K::KIND, &ns, &obj.name_any());
+                ConfigWaves::from_annotations(annotations, &key)
+            }
+            _ => None,
+        };
         let resource_version = crate::index::resource_version(obj.meta());
         let keyed = self.settings.precise_keys != PreciseKeys::Off;
         let (digest, keys) = self.pool.digest_keyed(obj.into_payload(), keyed).await?;
@@ -245,6 +252,7 @@ impl WatchContext {
             ignore,
             matched,
             resource_version,
+            waves,
         })
     }
 
@@ -277,6 +285,7 @@ impl WatchContext {
             matched: self.flag(&annotations, &self.settings.keys.match_),
             // Pod statuses of one class come from several objects: their versions do not order.
             resource_version: 0,
+            waves: None,
         };
         Some((key, state))
     }
