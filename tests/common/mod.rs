@@ -360,6 +360,7 @@ pub mod crds;
 pub mod fault_proxy;
 pub mod helm;
 pub mod identity;
+pub mod kwok;
 pub mod objects;
 pub mod observe;
 pub mod receiver;

@@ -1,0 +1,406 @@
+//! Safe reloads against the real control plane: kube-controller-manager rolls the Deployments,
+//! kwok plays the kubelet (pods of a good template become Ready, pods recording a bad config
+//! hash never do), and kube-reloader rolls a shared config's fan-out in waves.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use common::kwok::Kwok;
+use common::objects::*;
+use common::{Controller, TestNamespace, wait_for};
+
+/// One history entry of a Deployment: when its template first recorded `hash`, and when it
+/// was first seen healthy on it (every replica updated and available).
+#[derive(Debug, Clone, Default)]
+struct Rolled {
+    /// hash -> when it was first recorded.
+    written: Vec<(String, Instant)>,
+    healthy: HashMap<String, Instant>,
+}
+
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<HashMap<String, Rolled>>>);
+
+impl History {
+    fn record(ns: &TestNamespace) -> History {
+        let history = History::default();
+        let sink = history.clone();
+        let api: Api<Deployment> = Api::namespaced(ns.client.clone(), &ns.name);
+        tokio::spawn(async move {
+            let mut stream = watcher(api, Default::default()).applied_objects().boxed();
+            while let Some(Ok(d)) = stream.next().await {
+                sink.observe(&d);
+            }
+        });
+        history
+    }
+
+    fn observe(&self, d: &Deployment) {
+        let name = d.metadata.name.clone().unwrap_or_default();
+        let value = serde_json::to_value(d).unwrap();
+        let Some(hash) = last_reloaded_from(&value, "/spec/template")
+            .and_then(|v| v["hash"].as_str().map(str::to_owned))
+        else {
+            return;
+        };
+        let mut all = self.0.lock().unwrap();
+        let entry = all.entry(name).or_default();
+        if entry.written.last().is_none_or(|(h, _)| *h != hash) {
+            entry.written.push((hash.clone(), Instant::now()));
+        }
+        let status = d.status.clone().unwrap_or_default();
+        let seen = status.observed_generation >= d.metadata.generation;
+        let healthy = seen
+            && status.updated_replicas == Some(1)
+            && status.available_replicas == Some(1)
+            && status.replicas == Some(1);
+        if healthy {
+            entry.healthy.entry(hash).or_insert_with(Instant::now);
+        }
+    }
+
+    fn snapshot(&self) -> HashMap<String, Rolled> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Names of the Deployments whose last written hash is `hash`.
+    fn on(&self, hash: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .snapshot()
+            .into_iter()
+            .filter(|(_, r)| r.written.last().is_some_and(|(h, _)| h == hash))
+            .map(|(n, _)| n)
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// `n` Deployments using ConfigMap `shared`, one replica each, on the kwok node, each with a
+/// progress deadline of `deadline_s` (short where a bad value must fail fast; long where a
+/// loaded machine must not fail a good rollout).
+async fn fleet(ns: &TestNamespace, node: &str, n: usize, deadline_s: u32) -> Vec<String> {
+    create(&ns.client, &ns.name, configmap("shared", json!({"v": "0"}))).await;
+    let names: Vec<String> = (0..n).map(|i| format!("w-{i:03}")).collect();
+    futures::stream::iter(names.clone())
+        .for_each_concurrent(16, |name| async move {
+            let mut spec = pod_spec(env_from_configmap("shared"), json!([]));
+            spec["nodeName"] = json!(node);
+            let mut d = deployment(&name, json!({"reloader.stakater.com/auto": "true"}), spec);
+            d["spec"]["progressDeadlineSeconds"] = json!(deadline_s);
+            d["spec"]["strategy"] = json!({"type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}});
+            create(&ns.client, &ns.name, d).await;
+        })
+        .await;
+    names
+}
+
+/// Waits until every Deployment of the namespace is available (kwok made its pod Ready).
+async fn wait_available(ns: &TestNamespace, n: usize) {
+    let api: Api<Deployment> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(
+        "every Deployment available",
+        Duration::from_secs(120),
+        || async {
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|d| d.status.as_ref().and_then(|s| s.available_replicas) == Some(1))
+                .count();
+            (ready == n)
+                .then_some(())
+                .ok_or(format!("{ready}/{n} available"))
+        },
+    )
+    .await;
+}
+
+/// The wave sizes `canary=2,growth=2` cuts `n` workloads into (as `plan_waves` does).
+fn wave_sizes(n: usize, canary: usize) -> Vec<usize> {
+    let (mut sizes, mut left, mut size) = (Vec::new(), n, canary);
+    while left > 0 {
+        sizes.push(size.min(left));
+        left -= size.min(left);
+        size *= 2;
+    }
+    sizes
+}
+
+/// A namespace of its own, labelled so that only this test's controller acts on it (the tests
+/// of this file run side by side).
+async fn namespace(prefix: &str) -> TestNamespace {
+    let ns = TestNamespace::new(prefix).await;
+    merge_patch_namespace(&ns).await;
+    ns
+}
+
+async fn merge_patch_namespace(ns: &TestNamespace) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let api: Api<Namespace> = Api::all(ns.client.clone());
+    let patch = json!({"metadata": {"labels": {"kr-waves-test": ns.name}}});
+    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("labelling the test namespace");
+}
+
+async fn start_controller(ns: &TestNamespace, policy: &str) -> Controller {
+    Controller::start(&[
+        "--reload-strategy=annotations",
+        &format!("--namespace-selector=kr-waves-test={}", ns.name),
+        &format!("--waves={policy}"),
+        "--wave-poll-interval=500ms",
+    ])
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_fan_out_rolls_in_waves_each_after_the_one_before_is_healthy() {
+    // 60 in `make test`; `WAVES_TEST_WORKLOADS=200` for the figure in docs/safe-reloads.md.
+    let n: usize = std::env::var("WAVES_TEST_WORKLOADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let sizes = wave_sizes(n, 2);
+    let ns = namespace("waves-good").await;
+    let kwok = Kwok::start(&ns.client, &format!("{}-node", ns.name), &[]).await;
+    fleet(&ns, &kwok.node, n, 120).await;
+    wait_available(&ns, n).await;
+    let history = History::record(&ns);
+    let controller = start_controller(&ns, "threshold=5,canary=2,growth=2,deadline=60s").await;
+
+    let started = Instant::now();
+    set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "good"})).await;
+    let good = configmap_hash(&[("v", "good")]);
+    wait_for(
+        "every Deployment rolled and healthy on the good value",
+        Duration::from_secs(180),
+        || async {
+            let snap = history.snapshot();
+            let done = snap
+                .values()
+                .filter(|r| r.healthy.contains_key(&good))
+                .count();
+            (done == n)
+                .then_some(())
+                .ok_or(format!("{done}/{n} healthy on it"))
+        },
+    )
+    .await;
+    let total = started.elapsed();
+
+    // Each Deployment rolled exactly once, to the good value.
+    let snap = history.snapshot();
+    for (name, rolled) in &snap {
+        let hashes: Vec<&str> = rolled.written.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hashes, [good.as_str()], "{name} rolled more than once");
+    }
+    // The waves (2, 4, 8, 16, 30 for 60): every Deployment of a wave was written only after
+    // every Deployment of the wave before was healthy.
+    let mut by_write: Vec<(&String, &Rolled)> = snap.iter().collect();
+    by_write.sort_by_key(|(_, r)| r.written[0].1);
+    let mut waves = Vec::new();
+    let mut rest = by_write.as_slice();
+    for size in sizes {
+        let (wave, after) = rest.split_at(size);
+        waves.push(wave);
+        rest = after;
+    }
+    for pair in waves.windows(2) {
+        let last_healthy = pair[0].iter().map(|(_, r)| r.healthy[&good]).max().unwrap();
+        let first_written = pair[1].iter().map(|(_, r)| r.written[0].1).min().unwrap();
+        assert!(
+            first_written >= last_healthy,
+            "a wave started {:?} before the one before it was healthy",
+            last_healthy - first_written
+        );
+    }
+    let mut report = Vec::new();
+    for (i, wave) in waves.iter().enumerate() {
+        let first = wave.iter().map(|(_, r)| r.written[0].1).min().unwrap();
+        let healthy = wave.iter().map(|(_, r)| r.healthy[&good]).max().unwrap();
+        report.push(format!(
+            "wave {} ({}): {:.1}s",
+            i + 1,
+            wave.len(),
+            (healthy - first).as_secs_f64()
+        ));
+    }
+    eprintln!(
+        "{n} Deployments in waves, {:.1}s in all: {}",
+        total.as_secs_f64(),
+        report.join(", ")
+    );
+    // The runner sees the last wave healthy at its next read (every 500 ms here).
+    let series = "kube_reloader_wave_sequences_total{result=\"completed\"}";
+    wait_for(
+        "the completed sequence counted",
+        Duration::from_secs(10),
+        || async {
+            let value = controller.metric(series).await;
+            (value == Some(1.0))
+                .then_some(())
+                .ok_or(format!("{series} = {value:?}"))
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once() {
+    const N: usize = 20;
+    let bad = configmap_hash(&[("v", "bad")]);
+    let good = configmap_hash(&[("v", "good")]);
+    let ns = namespace("waves-bad").await;
+    let kwok = Kwok::start(
+        &ns.client,
+        &format!("{}-node", ns.name),
+        std::slice::from_ref(&bad),
+    )
+    .await;
+    fleet(&ns, &kwok.node, N, 4).await;
+    wait_available(&ns, N).await;
+    let history = History::record(&ns);
+    let controller = start_controller(&ns, "threshold=5,canary=3,growth=2,deadline=60s").await;
+
+    set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "bad"})).await;
+    let halted = wait_for(
+        "a ReloadHalted Event on the config",
+        Duration::from_secs(60),
+        || async {
+            let events = events_about(&ns.client, &ns.name, "ConfigMap", "shared").await;
+            events
+                .into_iter()
+                .find(|e| e.reason == "ReloadHalted")
+                .ok_or("none yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        halted.note.contains("wave 1 of") && halted.note.contains("ProgressDeadlineExceeded"),
+        "{}",
+        halted.note
+    );
+    // Only the canaries carry the bad value, and stay there while the rest is held.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let canaries = history.on(&bad);
+    assert_eq!(canaries.len(), 3, "canaries: {canaries:?}");
+    let held: Vec<String> = (0..N)
+        .map(|i| format!("w-{i:03}"))
+        .filter(|n| !canaries.contains(n))
+        .collect();
+    let held_events = events_about(&ns.client, &ns.name, "Deployment", &held[0]).await;
+    assert!(
+        held_events.iter().any(|e| e.reason == "ReloadHalted"),
+        "{held_events:?}"
+    );
+    assert_eq!(
+        controller
+            .metric("kube_reloader_wave_sequences_total{result=\"halted\"}")
+            .await,
+        Some(1.0)
+    );
+
+    // The fix is a new change: a new sequence rolls everyone to it, the held ones once.
+    set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "good"})).await;
+    wait_for(
+        "every Deployment on the fixed value",
+        Duration::from_secs(120),
+        || async {
+            let on = history.on(&good).len();
+            (on == N).then_some(()).ok_or(format!("{on}/{N}"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let snap = history.snapshot();
+    for name in &held {
+        let hashes: Vec<&str> = snap[name].written.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(
+            hashes,
+            [good.as_str()],
+            "{name}: a held workload rolls once, to the fix"
+        );
+    }
+    for name in &canaries {
+        let hashes: Vec<&str> = snap[name].written.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hashes, [bad.as_str(), good.as_str()], "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_halt_rolls_each_held_workload_once() {
+    const N: usize = 10;
+    let bad = configmap_hash(&[("v", "bad")]);
+    let ns = namespace("waves-resume").await;
+    let kwok = Kwok::start(
+        &ns.client,
+        &format!("{}-node", ns.name),
+        std::slice::from_ref(&bad),
+    )
+    .await;
+    fleet(&ns, &kwok.node, N, 4).await;
+    wait_available(&ns, N).await;
+    let history = History::record(&ns);
+    let _controller = start_controller(&ns, "threshold=2,canary=1,deadline=60s").await;
+
+    set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "bad"})).await;
+    wait_for("the halt", Duration::from_secs(60), || async {
+        let events = events_about(&ns.client, &ns.name, "ConfigMap", "shared").await;
+        events
+            .iter()
+            .any(|e| e.reason == "ReloadHalted")
+            .then_some(())
+            .ok_or("none".to_string())
+    })
+    .await;
+    assert_eq!(history.on(&bad).len(), 1, "only the canary rolled");
+
+    // Released (the annotation `kube-reloader resume` sets): everyone held rolls once.
+    merge_patch(
+        &ns.client,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "shared",
+        json!({"metadata": {"annotations": {"kube-reloader.io/resume": "1"}}}),
+    )
+    .await;
+    wait_for(
+        "every held Deployment rolled",
+        Duration::from_secs(60),
+        || async {
+            let on = history.on(&bad).len();
+            (on == N).then_some(()).ok_or(format!("{on}/{N}"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (name, rolled) in history.snapshot() {
+        assert_eq!(
+            rolled.written.len(),
+            1,
+            "{name} rolled {:?}",
+            rolled.written
+        );
+    }
+    let events = events_about(&ns.client, &ns.name, "ConfigMap", "shared").await;
+    assert!(
+        events.iter().any(|e| e.reason == "ReloadResumed"),
+        "{events:?}"
+    );
+}
