@@ -526,17 +526,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         }
     }
 
-    fn enqueue(
-        &self,
-        entry: &WorkloadEntry,
-        change: Change<'_>,
-        priority: Priority,
-        parent: &Span,
-    ) {
-        let queued = self.queued_change(entry, change, parent);
-        self.queue.enqueue_as(entry.key.clone(), queued, priority);
-    }
-
     /// The wave policy of a change of `key` (`None`: waves are off for it, or it is a deletion).
     fn wave_policy(
         &self,
@@ -654,52 +643,38 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         &self,
         namespaces: Option<&std::collections::HashSet<String>>,
     ) -> usize {
-        let mut queued = 0;
+        // Per config, so that a config's stale workloads go through its wave policy as a
+        // change would: a halt is found again after a restart or a handover (the canaries
+        // still fail) instead of every held workload being rolled.
+        let mut by_config: std::collections::HashMap<ConfigKey, (ConfigState, Vec<WaveItem>)> =
+            Default::default();
         for entry in self.index.workloads_in(None) {
-            if namespaces.is_some_and(|set| !set.contains(&*entry.key.namespace)) {
-                continue;
-            }
-            if !self.ownership.owns(&entry.key.namespace) {
+            if namespaces.is_some_and(|set| !set.contains(&*entry.key.namespace))
+                || !self.ownership.owns(&entry.key.namespace)
+            {
                 continue;
             }
             for u in &entry.uses {
-                let Some(recorded) = u.recorded.as_deref() else {
-                    continue;
-                };
-                let key = ConfigKey {
-                    kind: u.kind,
-                    namespace: entry.key.namespace.clone(),
-                    name: u.name.clone(),
-                };
-                let Some(state) = self.index.config(&key) else {
-                    continue;
-                };
-                // Either form counts as current, whatever the mode now: switching it rolls nothing
-                // while per-key digests are kept (docs/precise-reloads.md).
-                if state.is_current(recorded, &u.reads) {
-                    continue;
+                if let Some((key, state, item)) = self.stale_use(&entry, u) {
+                    let group = by_config.entry(key).or_insert_with(|| (state, Vec::new()));
+                    group.1.push(item);
                 }
-                let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
-                let hash = state.value_for(&counted);
-                if let Some(reason) = self.decide(&key, &state, &entry) {
-                    let span = info_span!(
-                        "config_change",
-                        config.kind = %key.kind,
-                        config.namespace = %key.namespace,
-                        config.name = %key.name,
-                        missed_while_down = true,
-                    );
-                    let change = Change {
-                        config: &key,
-                        hash: Some(hash),
-                        counted,
-                        reason,
-                        observed_at: Instant::now(),
-                        version: state.resource_version,
-                    };
-                    // Behind live changes: a start-up must not delay what users change now.
-                    self.enqueue(&entry, change, Priority::Background, &span);
-                    queued += 1;
+            }
+        }
+        let mut queued = 0;
+        for (key, (state, items)) in by_config {
+            queued += items.len();
+            let waves = self.waves.as_ref().and_then(|runner| {
+                self.wave_policy(&key, &state, false)
+                    .map(|policy| (runner, policy))
+            });
+            match waves {
+                Some((runner, policy)) => self.roll_in_waves(runner, &key, policy, items),
+                None => {
+                    for item in items {
+                        self.queue
+                            .enqueue_as(item.candidate.key, item.change, item.priority);
+                    }
                 }
             }
         }
@@ -710,6 +685,54 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             );
         }
         queued
+    }
+
+    /// The reload of `entry` for the config `u` names, when the hash it records is not the
+    /// config's current one (`None`: current, never recorded, or not reloaded by policy).
+    fn stale_use(
+        &self,
+        entry: &WorkloadEntry,
+        u: &crate::index::IndexedUse,
+    ) -> Option<(ConfigKey, ConfigState, WaveItem)> {
+        let recorded = u.recorded.as_deref()?;
+        let key = ConfigKey {
+            kind: u.kind,
+            namespace: entry.key.namespace.clone(),
+            name: u.name.clone(),
+        };
+        let state = self.index.config(&key)?;
+        // Either form counts as current, whatever the mode now: switching it rolls nothing
+        // while per-key digests are kept (docs/precise-reloads.md).
+        if state.is_current(recorded, &u.reads) {
+            return None;
+        }
+        let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
+        let reason = self.decide(&key, &state, entry)?;
+        let span = info_span!(
+            "config_change",
+            config.kind = %key.kind,
+            config.namespace = %key.namespace,
+            config.name = %key.name,
+            missed_while_down = true,
+        );
+        let change = Change {
+            config: &key,
+            hash: Some(state.value_for(&counted)),
+            counted,
+            reason,
+            observed_at: Instant::now(),
+            version: state.resource_version,
+        };
+        let item = WaveItem {
+            candidate: Candidate {
+                key: entry.key.clone(),
+                canary: entry.canary,
+            },
+            change: self.queued_change(entry, change, &span),
+            // Behind live changes: a start-up must not delay what users change now.
+            priority: Priority::Background,
+        };
+        Some((key, state, item))
     }
 }
 

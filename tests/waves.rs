@@ -404,3 +404,75 @@ async fn a_released_halt_rolls_each_held_workload_once() {
         "{events:?}"
     );
 }
+
+/// Runs the kube-reloader binary's subcommand with the test kubeconfig; (exit code, stdout).
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+        .args(args)
+        .env("KUBECONFIG", common::kubeconfig_path())
+        .output()
+        .expect("running kube-reloader");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[tokio::test]
+async fn plan_prints_the_waves_of_the_config_s_policy_and_resume_sets_the_annotation() {
+    let ns = namespace("waves-plan").await;
+    let c = &ns.client;
+    let mut cm = configmap("shared", json!({"v": "0"}));
+    cm["metadata"]["annotations"] = json!({"kube-reloader.io/waves": "threshold=10,growth=2"});
+    create(c, &ns.name, cm).await;
+    for i in 0..12 {
+        let name = format!("w-{i:02}");
+        let spec = pod_spec(env_from_configmap("shared"), json!([]));
+        let mut d = deployment(&name, json!({"reloader.stakater.com/auto": "true"}), spec);
+        if i == 7 {
+            d["metadata"]["labels"] = json!({"kube-reloader.io/canary": "true"});
+        }
+        create(c, &ns.name, d).await;
+    }
+    // Not opted in: not in the plan.
+    let plain = pod_spec(env_from_configmap("shared"), json!([]));
+    create(c, &ns.name, deployment("plain", json!({}), plain)).await;
+
+    let (code, out, err) = cli(&["plan", "configmap/shared", "-n", &ns.name, "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan["workloads"].as_array().unwrap().len(), 12, "{out}");
+    let sizes: Vec<usize> = plan["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_array().unwrap().len())
+        .collect();
+    assert_eq!(sizes, [1, 2, 4, 5], "{out}");
+    assert_eq!(
+        plan["waves"][0][0], "deployment/w-07",
+        "the labelled canary first"
+    );
+    let (code, text, err) = cli(&["plan", "configmap/shared", "-n", &ns.name]);
+    assert_eq!(code, 0, "{err}");
+    eprintln!("{text}");
+    assert!(
+        text.contains("would roll 12 workloads (12 replicas)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Wave policy: threshold=10,canary=1,growth=2,deadline=5m0s"),
+        "{text}"
+    );
+
+    let (code, out, err) = cli(&["resume", "configmap/shared", "-n", &ns.name]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kube-reloader.io/resume set to"), "{out}");
+    let cm = get(c, &ns.name, "v1", "ConfigMap", "shared").await.unwrap();
+    assert!(
+        cm["metadata"]["annotations"]["kube-reloader.io/resume"].is_string(),
+        "{cm}"
+    );
+}

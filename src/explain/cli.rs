@@ -32,6 +32,30 @@ pub enum Tool {
     /// Findings over the reload annotations of a namespace or the cluster; exit code 1 when any
     /// finding is an error.
     Lint(LintArgs),
+    /// What a change of a config would roll now, and in which waves (docs/safe-reloads.md).
+    Plan(PlanArgs),
+    /// Releases the halted change of a config: the workloads it holds are rolled once.
+    Resume(ResumeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The config: <configmap|secret>/<name>.
+    pub target: String,
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long = "namespace")]
+    pub namespace: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The config: <configmap|secret>/<name>.
+    pub target: String,
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long = "namespace")]
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -319,6 +343,27 @@ pub async fn run_lint(args: &LintArgs) -> Result<(String, bool), ToolError> {
     Ok((text, failed))
 }
 
+/// `kube-reloader plan`: returns the text to print.
+pub async fn run_plan(args: &PlanArgs) -> Result<String, ToolError> {
+    let (kind, name) = parse_config(&args.target)?;
+    let (client, default_ns) = client().await?;
+    let namespace = args.namespace.clone().unwrap_or(default_ns);
+    let settings = settings(&client, &args.common).await?;
+    let plan = super::plan::plan(&client, &settings, kind, &name, &namespace).await?;
+    Ok(match args.common.output.as_str() {
+        "json" => serde_json::to_string_pretty(&plan).unwrap_or_default() + "\n",
+        _ => super::plan::render(&plan),
+    })
+}
+
+/// `kube-reloader resume`: returns the text to print.
+pub async fn run_resume(args: &ResumeArgs) -> Result<String, ToolError> {
+    let (kind, name) = parse_config(&args.target)?;
+    let (client, default_ns) = client().await?;
+    let namespace = args.namespace.clone().unwrap_or(default_ns);
+    Ok(super::plan::resume(&client, kind, &name, &namespace).await?)
+}
+
 /// Runs a subcommand to completion; the process exit code: 0, 1 (lint errors), 2 (failure).
 pub fn run(tool: Tool) -> u8 {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -336,6 +381,8 @@ pub fn run(tool: Tool) -> u8 {
         match &tool {
             Tool::Explain(args) => run_explain(args).await.map(|t| (t, false)),
             Tool::Lint(args) => run_lint(args).await,
+            Tool::Plan(args) => run_plan(args).await.map(|t| (t, false)),
+            Tool::Resume(args) => run_resume(args).await.map(|t| (t, false)),
         }
     });
     match result {

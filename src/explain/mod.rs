@@ -8,6 +8,7 @@ pub mod cli;
 pub mod gather;
 pub mod lint;
 pub mod live;
+pub mod plan;
 pub mod render;
 pub mod report;
 pub mod unknown_keys;
