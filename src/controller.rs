@@ -17,6 +17,7 @@ use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
+use crate::rollout::waves::{KubeReader, WaveNotice, WaveRunner};
 use crate::rollout::{
     KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
 };
@@ -28,7 +29,6 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
 use crate::watch::WatchContext;
 use crate::watch::{ShardLink, WatchError};
-use crate::waves::{KubeReader, WaveNotice, WaveRunner};
 
 /// What the API server (its audit log, its request logs) sees as the client.
 pub const USER_AGENT: &str = concat!("kube-reloader/", env!("CARGO_PKG_VERSION"));
@@ -223,7 +223,7 @@ fn build_pipeline(
     started: &Started,
     ownership: &Arc<Ownership>,
     index: &Arc<ReverseIndex>,
-    acted: crate::engine::ActedTracker,
+    acted: crate::shard::acted::ActedTracker,
 ) -> anyhow::Result<(Arc<KubeEngine>, Arc<WatchContext>)> {
     let Started {
         settings, client, ..

@@ -15,14 +15,14 @@ use crate::decide::{
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::{ConfigKey, Counted};
 use crate::reloader_format::template::TemplateChange;
+use crate::rollout::waves::{WaveItem, WaveRunner, WaveSink};
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
-use crate::waves::{Candidate, WaveItem, WavePolicy, WaveRunner, WaveSink};
+use crate::waves::{Candidate, WavePolicy};
 
-pub mod acted;
 pub mod breaker;
 mod intake;
-pub use acted::{ActedGuard, ActedTracker, ActedVersions};
+pub use crate::shard::acted::{ActedGuard, ActedTracker, ActedVersions};
 pub use breaker::{BreakerNotice, BreakerSettings, ChurnBreaker};
 pub use intake::{Intake, KEEP_LEFT_CONFIGS, SecretNotice};
 

@@ -30,6 +30,8 @@ pub mod policy;
 pub mod references;
 /// What Reloader writes: hash recipes, env var and annotation names, template edits.
 pub mod reloader_format;
+/// Safe reloads: the wave policy, the plan, workload health and the wave state machine.
+pub mod waves;
 
 // The data path, in the order a config event meets it.
 /// Alerts after reloads (Slack, Teams, Google Chat, webhook) and `--webhook-url`.
@@ -44,8 +46,6 @@ pub mod index;
 pub mod rollout;
 /// The watches (and listed fallbacks) that feed the engine.
 pub mod watch;
-/// Safe reloads: a large fan-out rolled in health-gated waves, halted when a wave fails.
-pub mod waves;
 
 // Edges: what the outside sees and asks.
 /// Wires the stages together and runs them.

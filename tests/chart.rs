@@ -687,8 +687,11 @@ fn every_reloader_value_renders_reloaders_flag() {
             json!({"rateLimit": {"maxPatchesPerSecond": 10, "patchBurst": 20,
                 "minReloadInterval": "1m30s", "maxPatchesPerSecondPerTenant": 2,
                 "maxRetryBackoff": "1m"}, "digestWorkers": 3, "tenantLabel": "team",
-                "preciseKeys": "annotated", "churnBreaker": {"limit": 3, "window": "10m", "quiet": "1m"}}),
+                "preciseKeys": "annotated", "churnBreaker": {"limit": 3, "window": "10m", "quiet": "1m"},
+                "waves": {"policy": "threshold=20,canary=5%", "pollInterval": "5s"}}),
             &[
+                "--waves=threshold=20,canary=5%",
+                "--wave-poll-interval=5s",
                 "--precise-keys=annotated",
                 "--churn-limit=3",
                 "--churn-window=10m",

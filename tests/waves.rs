@@ -290,6 +290,7 @@ async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once()
         },
     )
     .await;
+    eprintln!("ReloadHalted: {}", halted.note);
     assert!(
         halted.note.contains("wave 1 of") && halted.note.contains("ProgressDeadlineExceeded"),
         "{}",
@@ -315,6 +316,13 @@ async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once()
         Some(1.0)
     );
 
+    // The short progress deadline made the bad value fail fast; the fix must not fail on a
+    // loaded machine (changing it rolls nothing: the pod template stays as it is).
+    for i in 0..N {
+        let patch = json!({"spec": {"progressDeadlineSeconds": 120}});
+        let name = format!("w-{i:03}");
+        merge_patch(&ns.client, &ns.name, "apps/v1", "Deployment", &name, patch).await;
+    }
     // The fix is a new change: a new sequence rolls everyone to it, the held ones once.
     set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "good"})).await;
     wait_for(
@@ -469,6 +477,7 @@ async fn plan_prints_the_waves_of_the_config_s_policy_and_resume_sets_the_annota
 
     let (code, out, err) = cli(&["resume", "configmap/shared", "-n", &ns.name]);
     assert_eq!(code, 0, "{err}");
+    eprintln!("{out}");
     assert!(out.contains("kube-reloader.io/resume set to"), "{out}");
     let cm = get(c, &ns.name, "v1", "ConfigMap", "shared").await.unwrap();
     assert!(

@@ -9,6 +9,7 @@ pub mod pause;
 pub mod queue;
 pub mod scheduler;
 pub mod tenants;
+pub mod waves;
 pub mod writer;
 
 pub use self::writer::KubeWriter;

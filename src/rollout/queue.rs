@@ -42,7 +42,7 @@ pub struct QueuedChange {
     pub span: Span,
     /// Keeps this replica's acted version below the change until the write ends (a newer
     /// change of the same config that absorbs it holds its own).
-    pub acted: Option<crate::engine::ActedGuard>,
+    pub acted: Option<crate::shard::acted::ActedGuard>,
 }
 
 impl Coalesce for QueuedChange {

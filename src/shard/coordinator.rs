@@ -20,6 +20,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::acted::{ActedTracker, ActedVersions};
 use super::assignment::Scheme;
 use super::handover::{self, HandoverStep};
 pub use super::handover::{CatchUp, OwnershipChange};
@@ -27,7 +28,6 @@ use super::lease::{self, Member};
 use super::liveness::Liveness;
 use super::ranges::{Quantiles, fnv1a64};
 use super::{Assignment, Ownership, ShardSettings, ShardState};
-use crate::engine::{ActedTracker, ActedVersions};
 use std::collections::HashMap;
 
 /// Namespaces per page when the leader lists them for the shard quantiles (names only).
@@ -248,7 +248,15 @@ impl Coordinator {
     /// Graceful exit, second half: leave the membership and resign, so others take over at once.
     pub async fn shutdown(&self) {
         self.state.fence();
-        lease::leave(&self.leases(), &self.settings.me).await;
+        // Changes still on their way (the drain ran out of time): the Lease stays, with how far
+        // this replica acted, and expires; whoever takes its namespaces over (or this replica,
+        // restarted under its name) catches up from it.
+        match self.acted.pending() {
+            true => warn!(acted = %self.acted.acted().to_annotation(),
+                "leaving with changes not written: the membership Lease is left to expire so \
+                 the next owner catches up from it"),
+            false => lease::leave(&self.leases(), &self.settings.me).await,
+        }
         lease::resign(&self.leases(), &self.settings.me).await;
     }
 
@@ -318,25 +326,13 @@ impl Coordinator {
 
     /// The members the assignment should hold now.
     fn desired_members(&self, members: &[Member]) -> Vec<String> {
-        if !self.settings.sharding {
-            // Leader-only mode: a leaving leader hands everything to another live member.
-            if self.leaving.load(Ordering::Acquire) {
-                return members
-                    .iter()
-                    .find(|m| m.live && !m.leaving && m.identity != self.settings.me)
-                    .map(|m| vec![m.identity.clone()])
-                    .unwrap_or_else(|| vec![self.settings.me.clone()]);
-            }
-            return vec![self.settings.me.clone()];
-        }
-        let mut live: BTreeSet<String> = members
-            .iter()
-            .filter(|m| m.live)
-            .map(|m| m.identity.clone())
-            .collect();
-        // The leader renews its own membership; count it even if its Lease is a tick behind.
-        live.insert(self.settings.me.clone());
-        live.into_iter().collect()
+        let me_leaving = self.leaving.load(Ordering::Acquire);
+        desired_members(
+            members,
+            &self.settings.me,
+            me_leaving,
+            self.settings.sharding,
+        )
     }
 
     async fn publish_assignment(&self) -> Result<(), ShardError> {
@@ -548,6 +544,31 @@ impl Coordinator {
     }
 }
 
+/// The members an assignment should hold: the live ones that are not leaving (their namespaces
+/// move while they still act, so the hand-over completes before they exit), the leader included
+/// even if its Lease is a tick behind, unless it is leaving itself. A leaving member stays while
+/// no other live member could take its namespaces. Leader-only mode (`--enable-ha` without
+/// `--sharding`): the leader alone, or, when it is leaving, another live member.
+fn desired_members(members: &[Member], me: &str, me_leaving: bool, sharding: bool) -> Vec<String> {
+    let staying = |m: &&Member| m.live && !m.leaving && m.identity != me;
+    if !sharding {
+        return match me_leaving {
+            true => members.iter().find(staying).map(|m| m.identity.clone()),
+            false => None,
+        }
+        .map_or_else(|| vec![me.to_string()], |m| vec![m]);
+    }
+    let mut desired: BTreeSet<String> = members
+        .iter()
+        .filter(staying)
+        .map(|m| m.identity.clone())
+        .collect();
+    if !me_leaving || desired.is_empty() {
+        desired.insert(me.to_string());
+    }
+    desired.into_iter().collect()
+}
+
 fn parse_assignment(cm: &ConfigMap) -> Option<Assignment> {
     let raw = cm.data.as_ref()?.get("assignment")?;
     match serde_json::from_str(raw) {
@@ -618,6 +639,33 @@ mod tests {
             hash_ranges,
             acted: Default::default(),
         }
+    }
+
+    #[test]
+    fn leaving_members_are_left_out_of_the_assignment_while_someone_else_can_take_over() {
+        let leaving = |id: &str| Member {
+            leaving: true,
+            ..member(id, true)
+        };
+        let dead = |id: &str| Member {
+            live: false,
+            ..member(id, true)
+        };
+        let members = [
+            member("r0", true),
+            leaving("r1"),
+            dead("r2"),
+            member("r3", true),
+        ];
+        assert_eq!(desired_members(&members, "r0", false, true), ["r0", "r3"]);
+        // The leader leaving hands its namespaces over too.
+        assert_eq!(desired_members(&members, "r0", true, true), ["r3"]);
+        // Nobody else: it keeps them (and leaves at once, nothing to hand over to).
+        assert_eq!(desired_members(&[leaving("r1")], "r1", true, true), ["r1"]);
+        // Leader-only mode.
+        assert_eq!(desired_members(&members, "r0", false, false), ["r0"]);
+        assert_eq!(desired_members(&members, "r0", true, false), ["r3"]);
+        assert_eq!(desired_members(&[], "r0", true, false), ["r0"]);
     }
 
     #[test]

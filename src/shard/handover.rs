@@ -40,8 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Assignment;
+use super::acted::{ActedGuard, ActedVersions};
 use super::lease::Member;
-use crate::engine::{ActedGuard, ActedVersions};
 
 /// The assignments this replica acts on: the current one and, during a handover, the previous
 /// one (the old owner keeps acting until the new owners have synced: overlap, never a gap).

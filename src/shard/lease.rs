@@ -11,8 +11,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use super::acted::ActedVersions;
 use super::liveness::{LeaseRecord, Liveness};
-use crate::engine::ActedVersions;
 
 pub const LEADER_LEASE: &str = "stakater-reloader-lock";
 pub const MEMBER_LABEL: &str = "kube-reloader.io/member";

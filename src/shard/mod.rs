@@ -4,6 +4,7 @@
 //! Writes additionally need [`Ownership::may_write`]: a replica whose membership Lease is not
 //! fresh is fenced and writes nothing until it has renewed and re-read the assignment.
 
+pub mod acted;
 mod assignment;
 pub mod coordinator;
 pub mod handover;

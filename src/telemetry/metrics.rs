@@ -674,8 +674,8 @@ impl WatchObserver for Arc<Metrics> {
 
 impl Metrics {
     /// A change rolled in waves completed, halted or was released.
-    pub fn wave_notice(&self, notice: &crate::waves::WaveNotice) {
-        use crate::waves::WaveNotice;
+    pub fn wave_notice(&self, notice: &crate::rollout::waves::WaveNotice) {
+        use crate::rollout::waves::WaveNotice;
         let result = match notice {
             WaveNotice::Completed { .. } => "completed",
             WaveNotice::Halted(halt) => {

@@ -20,9 +20,9 @@ use kube::api::{Api, ListParams, VersionMatch};
 use tracing::{info, warn};
 
 use crate::digest::ConfigSource;
-use crate::engine::ActedVersions;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
+use crate::shard::acted::ActedVersions;
 
 use super::WatchContext;
 use super::backfill::{ListTarget, Pages};

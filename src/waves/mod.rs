@@ -2,16 +2,15 @@
 //! when the one before is healthy on the new template, and halted (the rest held) when a wave
 //! fails. Opt-in (`--waves`, the `kube-reloader.io/waves` annotation on a config or namespace);
 //! with nothing set every affected workload is queued at once, as Reloader does. The policy,
-//! the plan, the health reading and the state machine are pure; the runner does the I/O.
+//! the plan, the health reading and the state machine here are pure; the runner that does the
+//! I/O is part of the write path (`rollout/waves.rs`).
 
 pub mod health;
 pub mod plan;
 pub mod policy;
-pub mod runner;
 pub mod sequence;
 
 pub use health::{Health, assess};
 pub use plan::{CANARY_LABEL, Candidate, plan_waves};
 pub use policy::{PolicyText, RESUME_ANNOTATION, WAVES_ANNOTATION, WavePolicy};
-pub use runner::{KubeReader, WaveItem, WaveNotice, WaveRunner, WaveSink, WaveStatus};
 pub use sequence::{Halt, Sequence, Step};

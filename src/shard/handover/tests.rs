@@ -112,8 +112,8 @@ fn an_ownership_change_lists_namespaces_entered_and_left() {
 
 #[test]
 fn a_catch_up_starts_from_the_lowest_version_of_the_members_that_left() {
-    use crate::engine::ActedVersions;
     use crate::model::ConfigKind::{ConfigMap, Secret};
+    use crate::shard::acted::ActedVersions;
     let assignment = |members: &[&str]| Assignment {
         generation: 1,
         members: members.iter().map(|m| m.to_string()).collect(),

@@ -290,6 +290,7 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- with $v.digestWorkers }}{{ $a = append $a (printf "--digest-workers=%v" (. | int)) }}{{ end -}}
 {{- if and $v.preciseKeys (ne (toString $v.preciseKeys) "off") }}{{ $a = append $a (printf "--precise-keys=%s" $v.preciseKeys) }}{{ end -}}
 {{- with $v.churnBreaker }}{{ if .limit }}{{ $a = concat $a (list (printf "--churn-limit=%v" (.limit | int)) (printf "--churn-window=%s" .window) (printf "--churn-quiet=%s" .quiet)) }}{{ end }}{{ end -}}
+{{- with $v.waves }}{{ with .policy }}{{ $a = append $a (printf "--waves=%s" .) }}{{ end }}{{ with .pollInterval }}{{ $a = append $a (printf "--wave-poll-interval=%s" .) }}{{ end }}{{ end -}}
 {{- if and (hasKey $v "ignoreSecretTypes") (ne (toString $v.ignoreSecretTypes) "helm.sh/release.v1") }}{{ $a = append $a (printf "--ignore-secret-types=%s" (toString $v.ignoreSecretTypes)) }}{{ end -}}
 {{- toYaml $a -}}
 {{- end -}}

@@ -13,16 +13,13 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::{Priority, QueuedChange};
 use crate::config::AnnotationKeys;
 use crate::index::{WorkloadObject, workload_entry_from_object};
 use crate::model::{ConfigKey, WorkloadKey};
 use crate::resources::api_resource;
-use crate::rollout::{Priority, QueuedChange};
 
-use super::health::{Health, assess};
-use super::plan::{Candidate, plan_waves};
-use super::policy::WavePolicy;
-use super::sequence::{Halt, Sequence, Step};
+use crate::waves::{Candidate, Halt, Health, Sequence, Step, WavePolicy, assess, plan_waves};
 
 /// One workload of a change rolled in waves, with its queued change ready to go.
 pub struct WaveItem {

@@ -129,6 +129,11 @@ impl ActedTracker {
         }
     }
 
+    /// Some change is still on its way (queued, in flight, deferred or being caught up).
+    pub fn pending(&self) -> bool {
+        !self.progress.lock().expect("acted lock").held.is_empty()
+    }
+
     /// How far this replica has acted, per kind it knows anything of: the processed version,
     /// lowered by every bound held. A kind with nothing processed yet but a bound held (a
     /// start-up catching up) reports the bound.
@@ -196,8 +201,10 @@ mod tests {
         let clone = guard.clone();
         drop(guard);
         assert_eq!(t.acted().get(ConfigMap), Some(19), "a clone still holds it");
+        assert!(t.pending());
         drop(clone);
         assert_eq!(t.acted().get(ConfigMap), Some(25));
+        assert!(!t.pending());
     }
 
     #[test]
