@@ -143,6 +143,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
                 engine.queue().clone(),
             )),
             breaker: engine.breaker().cloned(),
+            waves: engine.wave_runner().cloned(),
         }),
     });
     let admin_server = serve_admin(metrics_addr, pprof_addr, admin);

@@ -190,8 +190,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         self
     }
 
-    /// The wave runner (explain reads halts from it).
-    pub fn waves(&self) -> Option<&Arc<WaveRunner>> {
+    /// The wave runner (`/debug/explain` shows its halts).
+    pub fn wave_runner(&self) -> Option<&Arc<WaveRunner>> {
         self.waves.as_ref()
     }
 
@@ -440,12 +440,11 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         );
         let (mut candidates, mut affected) = (0, 0);
         // A newer change of the config replaces any it is still rolling in waves.
-        let waves = self.waves.as_ref().and_then(|runner| {
+        let mut waves = self.waves.as_ref().and_then(|runner| {
             runner.supersede(key);
             self.wave_policy(key, state, deleted)
                 .map(|policy| (runner, policy, Vec::new()))
         });
-        let mut waves = waves;
         for entry in self.index.candidates(key) {
             candidates += 1;
             let Some(reason) = self.decide(key, state, &entry) else {

@@ -260,25 +260,29 @@ async fn a_good_fan_out_rolls_in_waves_each_after_the_one_before_is_healthy() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once() {
-    const N: usize = 20;
+/// `n` Deployments on a kwok node where pods recording the hash of `{"v": "bad"}` never become
+/// Ready (a short progress deadline, so the bad value fails fast), recorded from now on, and a
+/// controller with the wave `policy`.
+async fn halting_fleet(
+    prefix: &str,
+    n: usize,
+    policy: &str,
+) -> (TestNamespace, Kwok, History, Controller) {
     let bad = configmap_hash(&[("v", "bad")]);
-    let good = configmap_hash(&[("v", "good")]);
-    let ns = namespace("waves-bad").await;
-    let kwok = Kwok::start(
-        &ns.client,
-        &format!("{}-node", ns.name),
-        std::slice::from_ref(&bad),
-    )
-    .await;
-    fleet(&ns, &kwok.node, N, 4).await;
-    wait_available(&ns, N).await;
+    let ns = namespace(prefix).await;
+    let node = format!("{}-node", ns.name);
+    let kwok = Kwok::start(&ns.client, &node, std::slice::from_ref(&bad)).await;
+    fleet(&ns, &kwok.node, n, 4).await;
+    wait_available(&ns, n).await;
     let history = History::record(&ns);
-    let controller = start_controller(&ns, "threshold=5,canary=3,growth=2,deadline=60s").await;
+    let controller = start_controller(&ns, policy).await;
+    (ns, kwok, history, controller)
+}
 
+/// Changes the config to the bad value and waits for the halt's Event on it.
+async fn bad_change_halts(ns: &TestNamespace) -> EventSummary {
     set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "bad"})).await;
-    let halted = wait_for(
+    wait_for(
         "a ReloadHalted Event on the config",
         Duration::from_secs(60),
         || async {
@@ -289,7 +293,17 @@ async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once()
                 .ok_or("none yet".to_string())
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once() {
+    const N: usize = 20;
+    let bad = configmap_hash(&[("v", "bad")]);
+    let good = configmap_hash(&[("v", "good")]);
+    let (ns, _kwok, history, controller) =
+        halting_fleet("waves-bad", N, "threshold=5,canary=3,growth=2,deadline=60s").await;
+    let halted = bad_change_halts(&ns).await;
     eprintln!("ReloadHalted: {}", halted.note);
     assert!(
         halted.note.contains("wave 1 of") && halted.note.contains("ProgressDeadlineExceeded"),
@@ -354,28 +368,20 @@ async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once()
 async fn a_released_halt_rolls_each_held_workload_once() {
     const N: usize = 10;
     let bad = configmap_hash(&[("v", "bad")]);
-    let ns = namespace("waves-resume").await;
-    let kwok = Kwok::start(
-        &ns.client,
-        &format!("{}-node", ns.name),
-        std::slice::from_ref(&bad),
-    )
-    .await;
-    fleet(&ns, &kwok.node, N, 4).await;
-    wait_available(&ns, N).await;
-    let history = History::record(&ns);
-    let _controller = start_controller(&ns, "threshold=2,canary=1,deadline=60s").await;
-
-    set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "bad"})).await;
-    wait_for("the halt", Duration::from_secs(60), || async {
-        let events = events_about(&ns.client, &ns.name, "ConfigMap", "shared").await;
-        events
-            .iter()
-            .any(|e| e.reason == "ReloadHalted")
-            .then_some(())
-            .ok_or("none".to_string())
-    })
-    .await;
+    let (ns, _kwok, history, controller) =
+        halting_fleet("waves-resume", N, "threshold=2,canary=1,deadline=60s").await;
+    bad_change_halts(&ns).await;
+    // `/debug/explain` says what holds a held workload.
+    let url = format!(
+        "http://127.0.0.1:{}/debug/explain?kind=Deployment&namespace={}&name=w-009",
+        controller.metrics_port, ns.name
+    );
+    let (code, body) = common::http_get(&url).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("reload halted: wave 1 of") && body.contains("ProgressDeadlineExceeded"),
+        "{body}"
+    );
     assert_eq!(history.on(&bad).len(), 1, "only the canary rolled");
 
     // Released (the annotation `kube-reloader resume` sets): everyone held rolls once.

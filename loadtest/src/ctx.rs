@@ -88,30 +88,35 @@ impl Ctx {
         let r = self.patch_config(config, &body).await;
         let mut st = self.state.lock().unwrap();
         match r {
-            Ok(()) => st.ack(id, self.now()),
+            Ok(applied) => st.ack(id, self.now(), applied),
             Err(e) => st.fail(id, format!("{e:#}")),
         }
         id
     }
 
-    pub(crate) async fn patch_config(&self, c: &ConfigRef, body: &Value) -> Result<()> {
+    /// Patches a config; returns the resourceVersion the server gave it.
+    pub(crate) async fn patch_config(&self, c: &ConfigRef, body: &Value) -> Result<Option<u64>> {
         let pp = PatchParams::default();
         let patch = Patch::Merge(body);
-        match c.kind {
+        let version = match c.kind {
             Kind::ConfigMap => {
                 self.own.add("patch", "configmaps");
                 let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &c.namespace);
                 objects::with_retry(&format!("patching {c}"), || api.patch(&c.name, &pp, &patch))
-                    .await?;
+                    .await?
+                    .metadata
+                    .resource_version
             }
             Kind::Secret => {
                 self.own.add("patch", "secrets");
                 let api: Api<Secret> = Api::namespaced(self.client.clone(), &c.namespace);
                 objects::with_retry(&format!("patching {c}"), || api.patch(&c.name, &pp, &patch))
-                    .await?;
+                    .await?
+                    .metadata
+                    .resource_version
             }
-        }
-        Ok(())
+        };
+        Ok(version.and_then(|v| v.parse().ok()))
     }
 
     pub(crate) async fn patch_workload_metadata(

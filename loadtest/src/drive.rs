@@ -272,7 +272,7 @@ async fn noop(
         *kinds.entry(what).or_default() += 1;
         tasks.spawn(async move {
             let r = match config_patch {
-                Some(body) => ctx2.patch_config(&c, &body).await,
+                Some(body) => ctx2.patch_config(&c, &body).await.map(drop),
                 None => {
                     let body = json!({"metadata": {"labels": {"loadtest-noop": format!("n{i}")}}});
                     ctx2.patch_workload_metadata(&w, &body).await

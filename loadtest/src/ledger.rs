@@ -21,8 +21,25 @@ pub struct Change {
     /// Seconds since the run epoch.
     pub t_sent: f64,
     pub t_ack: Option<f64>,
+    /// The resourceVersion the API server gave the config for this change. Changes of one
+    /// config can be in flight at once, and the server may apply a later-registered one first:
+    /// what is newer is this order, not the id's (`Change::newer_than`).
+    pub applied: Option<u64>,
     pub error: Option<String>,
     pub tag: String,
+}
+
+impl Change {
+    /// The config's order of its changes: by the resourceVersion the server applied them at,
+    /// by registration where that is unknown.
+    pub fn order(&self) -> (u64, usize) {
+        (self.applied.unwrap_or(u64::MAX), self.id)
+    }
+
+    /// `self` was applied after `other` (both changes of one config).
+    pub fn newer_than(&self, other: &Change) -> bool {
+        self.order() > other.order()
+    }
 }
 
 /// A reloader-managed field of a pod template that took a new value.
@@ -110,14 +127,17 @@ impl State {
             expected,
             t_sent,
             t_ack: None,
+            applied: None,
             error: None,
             tag: tag.to_string(),
         });
         id
     }
 
-    pub fn ack(&mut self, id: usize, t: f64) {
+    /// The server applied change `id` at resourceVersion `applied`.
+    pub fn ack(&mut self, id: usize, t: f64, applied: Option<u64>) {
         self.changes[id].t_ack = Some(t);
+        self.changes[id].applied = applied;
     }
 
     pub fn fail(&mut self, id: usize, error: String) {
@@ -245,7 +265,7 @@ impl State {
     fn superseded(&self, c: &Change, workload: &str) -> bool {
         self.by_config[&c.config]
             .iter()
-            .filter(|&&id| id > c.id)
+            .filter(|&&id| self.changes[id].newer_than(c))
             .any(|&id| self.pair_seen(workload, &self.changes[id].hash))
     }
 
@@ -368,7 +388,7 @@ impl State {
         // A reload of an older change after a newer one: the workload went back.
         let newer_seen_before = self.by_config[&c.config]
             .iter()
-            .filter(|&&id| id > c.id)
+            .filter(|&&id| self.changes[id].newer_than(c))
             .filter_map(|&id| {
                 self.seen
                     .get(&(w.to_string(), self.changes[id].hash.clone()))
@@ -588,7 +608,7 @@ mod tests {
         };
         let mut st = State::default();
         st.register(config.clone(), "h1".into(), vec!["ns/cj".into()], 0.0, "t");
-        st.ack(0, 0.1);
+        st.ack(0, 0.1, Some(10));
         let template: PodTemplateSpec = serde_json::from_value(serde_json::json!({
             "spec": {"containers": [{"name": "app", "env": [{"name": config.env_var(), "value": "h1"}]}]}
         }))

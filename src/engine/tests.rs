@@ -734,13 +734,7 @@ fn at(value: &str, resource_version: u64) -> ConfigState {
 
 #[tokio::test]
 async fn a_queued_change_holds_the_acted_version_below_it_until_its_write_ends() {
-    let (e, writes) = engine(&[]);
-    deployment(
-        &e,
-        "auto",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!([]),
-    );
+    let (e, writes, _intake) = auto_deployment_with_intake();
     e.config_applied(cfg(), at("v1", 10), Phase::Startup);
     e.acted.processed(ConfigKind::ConfigMap, 10);
     assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Live), 1);
@@ -757,13 +751,7 @@ async fn a_queued_change_holds_the_acted_version_below_it_until_its_write_ends()
 
 #[tokio::test]
 async fn a_missed_change_rolls_a_workload_that_never_recorded_a_hash_and_only_a_real_one() {
-    let (e, writes) = engine(&[]);
-    deployment(
-        &e,
-        "auto",
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!([]),
-    );
+    let (e, writes, _intake) = auto_deployment_with_intake();
     // Indexed as a start-up or a takeover's list does: a creation, nothing rolled.
     assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Startup), 0);
     assert_eq!(

@@ -10,7 +10,7 @@ use crate::model::{ConfigKind, WorkloadKind};
 use super::gather::{self, ClusterFacts, GatherError, WorkloadView};
 use super::lint::{config_unknown_annotations, lint_workload, workload_unknown_annotations};
 use super::render;
-use super::report::{ExplainContext, Explanation, explain};
+use super::report::Explanation;
 use super::{LastReload, Lint, Severity};
 
 /// kube-reloader: rolls workloads when the ConfigMaps, Secrets or CSI secrets they use change.
@@ -207,20 +207,9 @@ pub async fn run_explain(args: &ExplainArgs) -> Result<String, ToolError> {
     let view = gather::workload(&client, kind, &namespace, &name, &settings.keys).await?;
     let cluster = gather::cluster(&client, &settings, Some(&namespace)).await?;
     let facts = cluster.namespace(&namespace);
-    let recorded = |k: ConfigKind, n: &str| view.recorded(&settings.keys, k, n);
-    let ctx = ExplainContext {
-        settings: &settings,
-        namespace: &facts,
-        spec: Some(&view.spec),
-        recorded: &recorded,
-    };
     let only_ref = only.as_ref().map(|(k, n)| (*k, n.as_str()));
-    let explanation = explain(
-        &ctx,
-        &view.entry,
-        view.reading.annotations.clone(),
-        only_ref,
-    );
+    let annotations = view.reading.annotations.clone();
+    let explanation = view.explain(&settings, &facts, annotations, only_ref);
     let last = gather::last_reload(&client, &view, &settings.keys).await?;
     if args.common.output == "json" {
         let out = ExplainOutput {
@@ -276,14 +265,7 @@ async fn lint_all(
                 continue;
             }
             let ns = facts.namespace(&view.entry.key.namespace);
-            let recorded = |k: ConfigKind, n: &str| view.recorded(&settings.keys, k, n);
-            let ctx = ExplainContext {
-                settings,
-                namespace: &ns,
-                spec: Some(&view.spec),
-                recorded: &recorded,
-            };
-            let explanation = explain(&ctx, &view.entry, Vec::new(), None);
+            let explanation = view.explain(settings, &ns, Vec::new(), None);
             findings.extend(lint_workload(
                 &view.entry,
                 &view.reading.annotations,

@@ -86,6 +86,25 @@ impl WorkloadView {
         })
     }
 
+    /// What `explain` says of this workload in its namespace (`facts`): of every config it
+    /// uses, or `only` one.
+    pub fn explain(
+        &self,
+        settings: &Settings,
+        facts: &super::report::NamespaceFacts,
+        annotations: Vec<crate::policy::AnnotationRead>,
+        only: Option<(ConfigKind, &str)>,
+    ) -> super::report::Explanation {
+        let recorded = |k: ConfigKind, n: &str| self.recorded(&settings.keys, k, n);
+        let ctx = super::report::ExplainContext {
+            settings,
+            namespace: facts,
+            spec: Some(&self.spec),
+            recorded: &recorded,
+        };
+        super::report::explain(&ctx, &self.entry, annotations, only)
+    }
+
     /// The hash the template records for a config (env var or annotation).
     pub fn recorded(&self, keys: &AnnotationKeys, kind: ConfigKind, name: &str) -> Option<String> {
         let key = ConfigKey::new(kind, &self.entry.key.namespace, name);

@@ -129,6 +129,8 @@ pub struct LiveExplainer {
     pub queue: Box<dyn QueueInspect>,
     /// The churn breaker, with `--churn-limit`.
     pub breaker: Option<Arc<crate::engine::ChurnBreaker>>,
+    /// The changes rolled in waves, with their halts.
+    pub waves: Option<Arc<crate::rollout::waves::WaveRunner>>,
 }
 
 /// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.
@@ -141,8 +143,34 @@ pub fn parse_workload_kind(kind: &str) -> Option<WorkloadKind> {
 }
 
 impl LiveExplainer {
-    /// What the churn breaker holds for `key`, in words.
+    /// What holds the workloads of `key` (a halted change, the churn breaker), in words.
     fn held(&self, key: &crate::model::ConfigKey) -> Option<String> {
+        self.halted(key).or_else(|| self.breaker_held(key))
+    }
+
+    /// The halted change of `key`, in words.
+    fn halted(&self, key: &crate::model::ConfigKey) -> Option<String> {
+        use crate::rollout::waves::WaveStatus;
+        let WaveStatus::Halted { halt, at } = self.waves.as_ref()?.status(key)? else {
+            return None;
+        };
+        Some(format!(
+            "reload halted: wave {} of {} of the change of {}/{} at {at} failed: {}; {} \
+             workloads held until `kube-reloader resume {}/{} -n {}` or a new change",
+            halt.wave,
+            halt.waves,
+            key.kind.as_str(),
+            key.name,
+            halt.reason,
+            halt.held.len(),
+            key.kind.as_str(),
+            key.name,
+            key.namespace
+        ))
+    }
+
+    /// What the churn breaker holds for `key`, in words.
+    fn breaker_held(&self, key: &crate::model::ConfigKey) -> Option<String> {
         let breaker = self.breaker.as_ref()?;
         let held = breaker.held(key)?;
         let quiet = breaker.settings().quiet;
@@ -336,6 +364,7 @@ mod tests {
             ignored_secrets: Default::default(),
             queue: Box::new(move |_: &WorkloadKey| queue.clone()),
             breaker: None,
+            waves: None,
         }
     }
 

@@ -13,7 +13,6 @@ use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
 use crate::waves::{CANARY_LABEL, Candidate, PolicyText, WAVES_ANNOTATION, WavePolicy, plan_waves};
 
 use super::gather::{self, ClusterFacts, GatherError, WorkloadView};
-use super::report::{ExplainContext, explain};
 
 /// One workload a change would roll.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -77,14 +76,7 @@ fn planned(
 ) -> Option<PlannedWorkload> {
     let view = WorkloadView::from_object(workload_kind, object, &settings.keys).ok()?;
     let ns = facts.namespace(&view.entry.key.namespace);
-    let recorded = |k: ConfigKind, n: &str| view.recorded(&settings.keys, k, n);
-    let ctx = ExplainContext {
-        settings,
-        namespace: &ns,
-        spec: Some(&view.spec),
-        recorded: &recorded,
-    };
-    let explanation = explain(&ctx, &view.entry, Vec::new(), Some((kind, name)));
+    let explanation = view.explain(settings, &ns, Vec::new(), Some((kind, name)));
     let report = explanation.configs.first().filter(|c| c.reload)?;
     let labels: BTreeMap<String, String> = object
         .pointer("/metadata/labels")

@@ -16,7 +16,6 @@ use super::kubeconfig_path;
 
 pub struct Kwok {
     child: Child,
-    client: Client,
     pub node: String,
     pub log: PathBuf,
 }
@@ -178,7 +177,6 @@ impl Kwok {
             .expect("starting kwok");
         let kwok = Kwok {
             child,
-            client: client.clone(),
             node: node.to_string(),
             log,
         };
@@ -211,18 +209,23 @@ impl Drop for Kwok {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let client = self.client.clone();
+        // The node goes now, so kube-controller-manager's pod GC force-deletes the pods bound to
+        // it (no kubelet is left to confirm their deletion, and the test's namespace would stay
+        // Terminating). Async drop does not exist: from a thread with its own runtime.
         let node = self.node.clone();
-        // Best effort: the node is deleted with the test's namespaces at the latest on the next
-        // run (a node of a finished test manages nothing).
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
                 let nodes: Api<DynamicObject> = Api::all_with(
-                    client,
+                    super::client().await,
                     &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
                 );
                 let _ = nodes.delete(&node, &DeleteParams::default()).await;
             });
-        }
+        })
+        .join();
     }
 }

@@ -51,16 +51,21 @@ pub struct FaultRecord {
 /// Every violation of the history, in the order of the changes.
 pub fn check(changes: &[Change], observations: &[Observation]) -> Vec<Violation> {
     let by_hash: HashMap<&str, &Change> = changes.iter().map(|c| (c.hash.as_str(), c)).collect();
-    // (workload, config) -> the workload's sightings of that config's changes, in time order.
-    let mut history: HashMap<(&str, String), Vec<(f64, usize)>> = HashMap::new();
+    // (workload, config) -> the workload's sightings of that config's changes, in time order,
+    // each with the change's place in the order the server applied the config's changes.
+    let mut history: HashMap<(&str, String), Vec<Sighting>> = HashMap::new();
     for o in observations {
         if let Some(c) = by_hash.get(o.hash.as_str()) {
             let key = (o.workload.as_str(), c.config.to_string());
-            history.entry(key).or_default().push((o.t, c.id));
+            history.entry(key).or_default().push(Sighting {
+                t: o.t,
+                id: c.id,
+                order: c.order(),
+            });
         }
     }
     for seen in history.values_mut() {
-        seen.sort_by(|a, b| a.0.total_cmp(&b.0));
+        seen.sort_by(|a, b| a.t.total_cmp(&b.t));
     }
     let mut out = missed(changes, &history);
     for ((workload, config), seen) in &history {
@@ -71,18 +76,24 @@ pub fn check(changes: &[Change], observations: &[Observation]) -> Vec<Violation>
     out
 }
 
+/// A workload seen carrying a change's value.
+#[derive(Debug, Clone, Copy)]
+struct Sighting {
+    t: f64,
+    id: usize,
+    /// [`Change::order`].
+    order: (u64, usize),
+}
+
 /// Changes that reached an expected workload neither themselves nor through a later change.
-fn missed(
-    changes: &[Change],
-    history: &HashMap<(&str, String), Vec<(f64, usize)>>,
-) -> Vec<Violation> {
+fn missed(changes: &[Change], history: &HashMap<(&str, String), Vec<Sighting>>) -> Vec<Violation> {
     let mut out = Vec::new();
     for c in changes.iter().filter(|c| c.error.is_none()) {
         let config = c.config.to_string();
         for w in &c.expected {
             let reached = history
                 .get(&(w.as_str(), config.clone()))
-                .is_some_and(|seen| seen.iter().any(|&(_, id)| id >= c.id));
+                .is_some_and(|seen| seen.iter().any(|s| s.order >= c.order()));
             if !reached {
                 let ack = c.t_ack.unwrap_or(c.t_sent);
                 out.push(Violation {
@@ -104,10 +115,10 @@ fn missed(
     out
 }
 
-fn duplicates(workload: &str, config: &str, seen: &[(f64, usize)]) -> Vec<Violation> {
+fn duplicates(workload: &str, config: &str, seen: &[Sighting]) -> Vec<Violation> {
     let mut by_change: HashMap<usize, Vec<f64>> = HashMap::new();
-    for &(t, id) in seen {
-        by_change.entry(id).or_default().push(t);
+    for s in seen {
+        by_change.entry(s.id).or_default().push(s.t);
     }
     let mut out: Vec<Violation> = by_change
         .into_iter()
@@ -130,13 +141,18 @@ fn duplicates(workload: &str, config: &str, seen: &[(f64, usize)]) -> Vec<Violat
     out
 }
 
-/// Sightings of a change after a sighting of a newer change of the same config.
-fn stale(workload: &str, config: &str, seen: &[(f64, usize)]) -> Vec<Violation> {
+/// Sightings of a change after a sighting of a newer change of the same config (newer in the
+/// order the server applied them).
+fn stale(workload: &str, config: &str, seen: &[Sighting]) -> Vec<Violation> {
     let mut out = Vec::new();
-    let mut newest: Option<(f64, usize)> = None;
-    for &(t, id) in seen {
+    let mut newest: Option<Sighting> = None;
+    for &Sighting { t, id, order } in seen {
         match newest {
-            Some((t_new, newer)) if id < newer => out.push(Violation {
+            Some(Sighting {
+                t: t_new,
+                id: newer,
+                order: newer_order,
+            }) if order < newer_order => out.push(Violation {
                 property: Property::Stale,
                 workload: workload.to_string(),
                 change: id,
@@ -148,8 +164,8 @@ fn stale(workload: &str, config: &str, seen: &[(f64, usize)]) -> Vec<Violation> 
                 ),
                 faults: Vec::new(),
             }),
-            Some((_, newer)) if id <= newer => {}
-            _ => newest = Some((t, id)),
+            Some(n) if order <= n.order => {}
+            _ => newest = Some(Sighting { t, id, order }),
         }
     }
     out
@@ -247,6 +263,26 @@ mod tests {
         obs.push(seen("ns/w1", 2, 3.5));
         obs.push(seen("ns/w1", 0, 3.7));
         assert_eq!(counts(&check(&changes, &obs)), [0, 0, 1]);
+    }
+
+    /// Two changes of one config in flight at once: the server may apply the one registered
+    /// later first. The value it applied last is the config's newest, whatever the ids say, and
+    /// a workload ending on it went forward (`chaos-small-3r-9dcd77e` counted two such as stale).
+    #[test]
+    fn newer_is_the_order_the_server_applied_the_changes_in() {
+        let (mut changes, mut obs) = clean();
+        // Change 2 was applied before change 0 (both of config "a").
+        changes[2].applied = Some(50);
+        obs.retain(|o| o.workload == "ns/w3");
+        obs.push(seen("ns/w1", 2, 3.5));
+        obs.push(seen("ns/w1", 0, 3.7));
+        obs.push(seen("ns/w2", 0, 3.6));
+        assert_eq!(counts(&check(&changes, &obs)), [0, 0, 0]);
+        // Ending on change 2, applied first, misses change 0.
+        obs.retain(|o| !(o.workload == "ns/w1" && o.hash == "h0"));
+        let v = check(&changes, &obs);
+        assert_eq!(counts(&v), [1, 0, 0], "{v:?}");
+        assert_eq!(v[0].change, 0);
     }
 
     #[test]

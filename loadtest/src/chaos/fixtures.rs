@@ -20,6 +20,8 @@ pub fn change(id: usize, cfg: &str, expected: &[&str], t: f64) -> Change {
         expected: expected.iter().map(|s| s.to_string()).collect(),
         t_sent: t,
         t_ack: Some(t + 0.1),
+        // Applied in registration order unless a test says otherwise.
+        applied: Some(100 + id as u64),
         error: None,
         tag: "chaos".into(),
     }
