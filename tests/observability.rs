@@ -137,20 +137,13 @@ impl FailingWrites {
 impl Drop for FailingWrites {
     fn drop(&mut self) {
         let objects = std::mem::take(&mut self.objects);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let c = client().await;
-                for (ar, name) in objects {
-                    let api = Api::<DynamicObject>::all_with(c.clone(), &ar);
-                    let _ = api.delete(&name, &DeleteParams::default()).await;
-                }
-            });
-        })
-        .join();
+        common::block_on_detached(async move {
+            let c = client().await;
+            for (ar, name) in objects {
+                let api = Api::<DynamicObject>::all_with(c.clone(), &ar);
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            }
+        });
     }
 }
 

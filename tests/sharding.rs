@@ -185,24 +185,17 @@ impl Drop for Fleet {
             .cloned()
             .chain([self.home.clone()])
             .collect();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let api: Api<Namespace> = Api::all(client().await);
-                futures::stream::iter(names)
-                    .for_each_concurrent(32, |n| {
-                        let api = api.clone();
-                        async move {
-                            let _ = api.delete(&n, &DeleteParams::background()).await;
-                        }
-                    })
-                    .await;
-            });
-        })
-        .join();
+        common::block_on_detached(async move {
+            let api: Api<Namespace> = Api::all(client().await);
+            futures::stream::iter(names)
+                .for_each_concurrent(32, |n| {
+                    let api = api.clone();
+                    async move {
+                        let _ = api.delete(&n, &DeleteParams::background()).await;
+                    }
+                })
+                .await;
+        });
     }
 }
 

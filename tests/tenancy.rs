@@ -303,17 +303,10 @@ struct WebhookGuard(String);
 impl Drop for WebhookGuard {
     fn drop(&mut self) {
         let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let api: Api<ValidatingWebhookConfiguration> = Api::all(common::client().await);
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            });
-        })
-        .join();
+        common::block_on_detached(async move {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(common::client().await);
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        });
     }
 }
 

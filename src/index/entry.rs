@@ -42,6 +42,12 @@ impl ConfigWaves {
             .and_then(|raw| crate::waves::PolicyText::parse(raw).ok())
     }
 
+    /// The config has a wave annotation of either kind.
+    pub fn annotated(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+        use crate::waves::{RESUME_ANNOTATION, WAVES_ANNOTATION};
+        annotations.contains_key(WAVES_ANNOTATION) || annotations.contains_key(RESUME_ANNOTATION)
+    }
+
     /// Read from a config's annotations; `None` when it has neither. A malformed policy is
     /// reported and left out (the namespace's or the flag's then applies).
     pub fn from_annotations(

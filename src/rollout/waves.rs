@@ -187,22 +187,6 @@ impl<R: WorkloadReader> WaveRunner<R> {
     pub fn status(&self, config: &ConfigKey) -> Option<WaveStatus> {
         self.active.get(config).map(|a| a.status.clone())
     }
-
-    /// Every config whose change is rolling or halted.
-    pub fn statuses(&self) -> Vec<(ConfigKey, WaveStatus)> {
-        self.active
-            .iter()
-            .map(|a| (a.key().clone(), a.status.clone()))
-            .collect()
-    }
-
-    /// The halt holding `workload`, if any.
-    pub fn holding(&self, workload: &WorkloadKey) -> Option<Halt> {
-        self.active.iter().find_map(|a| match &a.status {
-            WaveStatus::Halted { halt, .. } if halt.held.contains(workload) => Some(halt.clone()),
-            _ => None,
-        })
-    }
 }
 
 /// The task of one sequence.

@@ -236,8 +236,9 @@ impl WatchContext {
         let annotations = obj.annotations();
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
         let matched = self.flag(annotations, &self.settings.keys.match_);
-        let waves = match (obj.namespace(), annotations.is_empty()) {
-            (Some(ns), false) => {
+        // Most configs have annotations, few have these: no key is built for the others.
+        let waves = match obj.namespace() {
+            Some(ns) if ConfigWaves::annotated(annotations) => {
                 let key = ConfigKey::new(K::KIND, &ns, &obj.name_any());
                 ConfigWaves::from_annotations(annotations, &key)
             }

@@ -211,21 +211,14 @@ impl Drop for Kwok {
         let _ = self.child.wait();
         // The node goes now, so kube-controller-manager's pod GC force-deletes the pods bound to
         // it (no kubelet is left to confirm their deletion, and the test's namespace would stay
-        // Terminating). Async drop does not exist: from a thread with its own runtime.
+        // Terminating).
         let node = self.node.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let nodes: Api<DynamicObject> = Api::all_with(
-                    super::client().await,
-                    &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
-                );
-                let _ = nodes.delete(&node, &DeleteParams::default()).await;
-            });
-        })
-        .join();
+        super::block_on_detached(async move {
+            let nodes: Api<DynamicObject> = Api::all_with(
+                super::client().await,
+                &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+            );
+            let _ = nodes.delete(&node, &DeleteParams::default()).await;
+        });
     }
 }

@@ -100,21 +100,29 @@ fn rand_suffix() -> u32 {
     nanos ^ std::process::id().rotate_left(16)
 }
 
+/// Runs `work` to completion on a thread with a runtime of its own and waits for it: cleanup
+/// from `Drop`, which cannot await (and may run while the test's runtime shuts down).
+pub fn block_on_detached<F>(work: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(work);
+    })
+    .join();
+}
+
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = self.name.clone();
-        // Async drop does not exist: delete from a thread with its own runtime.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let api = Api::<Namespace>::all(client().await);
-                let _ = api.delete(&name, &DeleteParams::background()).await;
-            });
-        })
-        .join();
+        block_on_detached(async move {
+            let api = Api::<Namespace>::all(client().await);
+            let _ = api.delete(&name, &DeleteParams::background()).await;
+        });
     }
 }
 
