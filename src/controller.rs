@@ -16,6 +16,7 @@ use crate::engine::Engine;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::events::EventSink;
+use crate::rollout::halts::HaltStore;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::waves::{KubeReader, WaveNotice, WaveRunner};
 use crate::rollout::{
@@ -287,6 +288,12 @@ fn build_pipeline(
         settings.keys.clone(),
         settings.wave_poll_interval,
     );
+    let runner = match &settings.halts_namespace {
+        Some(namespace) if started.access.keeps_halts() => {
+            runner.with_halts(HaltStore::start(client.clone(), namespace))
+        }
+        _ => runner,
+    };
     engine = engine.with_waves(Arc::new(runner));
     tokio::spawn(publish_wave_notices(
         wave_notices,

@@ -15,10 +15,10 @@ use crate::decide::{
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::{ConfigKey, Counted};
 use crate::reloader_format::template::TemplateChange;
-use crate::rollout::waves::{WaveItem, WaveRunner, WaveSink};
+use crate::rollout::waves::{Rolled, WaveItem, WaveRunner, WaveSink};
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
-use crate::waves::{Candidate, WavePolicy};
+use crate::waves::{Candidate, HaltRecord, WavePolicy};
 
 pub mod breaker;
 mod intake;
@@ -108,6 +108,14 @@ pub trait ConfigEvents: Send + Sync + 'static {
     fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize;
     /// How far this replica has acted.
     fn acted(&self) -> &ActedTracker;
+    /// Where halts are kept (`None`: nowhere but in memory).
+    fn halts(&self) -> Option<crate::rollout::halts::HaltStore>;
+    /// Holds again what the kept halts of `namespaces` (`None`: every owned one) held.
+    fn restore_halts(
+        &self,
+        records: &[HaltRecord],
+        namespaces: Option<&std::collections::HashSet<String>>,
+    ) -> usize;
 }
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for Engine<W, O, C> {
@@ -121,6 +129,18 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
 
     fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
         Engine::reconcile_recorded(self, namespaces)
+    }
+
+    fn halts(&self) -> Option<crate::rollout::halts::HaltStore> {
+        self.waves.as_ref().and_then(|r| r.halts().cloned())
+    }
+
+    fn restore_halts(
+        &self,
+        records: &[HaltRecord],
+        namespaces: Option<&std::collections::HashSet<String>>,
+    ) -> usize {
+        Engine::restore_halts(self, records, namespaces)
     }
 
     fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
@@ -481,7 +501,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             affected += 1;
         }
         if let Some((runner, policy, items)) = waves {
-            self.roll_in_waves(runner, key, policy, items);
+            self.roll_in_waves(runner, key, state, policy, items);
         }
         decision.record("candidates", candidates);
         decision.record("reloads", affected);
@@ -548,21 +568,121 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         &self,
         runner: &Arc<WaveRunner>,
         key: &ConfigKey,
+        state: &ConfigState,
         policy: WavePolicy,
         items: Vec<WaveItem>,
     ) {
         if items.len() <= policy.threshold {
-            for item in items {
-                self.queue
-                    .enqueue_as(item.candidate.key, item.change, item.priority);
-            }
+            self.enqueue_all(items);
             return;
         }
+        let rolled = Rolled {
+            hash: state.digest.reloader_hash(),
+            resume: state.waves.as_ref().and_then(|w| w.resume.clone()),
+        };
+        runner.start(key.clone(), rolled, policy, items, self.wave_sink());
+    }
+
+    fn enqueue_all(&self, items: Vec<WaveItem>) {
+        for item in items {
+            self.queue
+                .enqueue_as(item.candidate.key, item.change, item.priority);
+        }
+    }
+
+    /// The runner's way onto the write path.
+    fn wave_sink(&self) -> WaveSink {
         let queue = self.queue.clone();
-        let sink: WaveSink = Arc::new(move |workload, change, priority| {
-            queue.enqueue_as(workload, change, priority)
-        });
-        runner.start(key.clone(), policy, items, sink);
+        Arc::new(move |workload, change, priority| queue.enqueue_as(workload, change, priority))
+    }
+
+    /// `key` is halted on its current value (its stale workloads are held, not rolled).
+    fn halted_now(&self, key: &ConfigKey, state: &ConfigState) -> bool {
+        self.waves
+            .as_ref()
+            .is_some_and(|runner| runner.holds(key, &state.digest.reloader_hash()))
+    }
+
+    /// Holds again what the kept halts of configs in `namespaces` (`None`: every owned one)
+    /// held, before anything reconciles them. A halt whose config changed, was released (its
+    /// `kube-reloader.io/resume` changed) or is gone no longer holds: forgotten, and a release
+    /// rolls what it held once. Returns the halts held again.
+    pub fn restore_halts(
+        &self,
+        records: &[HaltRecord],
+        namespaces: Option<&std::collections::HashSet<String>>,
+    ) -> usize {
+        let Some(runner) = &self.waves else { return 0 };
+        let mut restored = 0;
+        for record in records {
+            let Ok(key) = record.config() else { continue };
+            if namespaces.is_some_and(|set| !set.contains(&*key.namespace))
+                || !self.ownership.owns(&key.namespace)
+            {
+                continue;
+            }
+            let Some(state) = self.index.config(&key) else {
+                runner.forget(&key);
+                continue;
+            };
+            if state.digest.reloader_hash() != record.hash {
+                info!(config = %key, "a kept halt ended: the config changed since");
+                runner.forget(&key);
+                continue;
+            }
+            let items = self.held_items(&key, &state);
+            let resume = state.waves.as_ref().and_then(|w| w.resume.clone());
+            if resume.is_some() && resume != record.resume {
+                info!(config = %key, held = items.len(), "a kept halt was released meanwhile: rolling what it held");
+                runner.forget(&key);
+                self.enqueue_all(items);
+                continue;
+            }
+            runner.restore(record, key, items, self.wave_sink());
+            restored += 1;
+        }
+        restored
+    }
+
+    /// The workloads a change of `key` to `state` would roll that are not on its value yet.
+    fn held_items(&self, key: &ConfigKey, state: &ConfigState) -> Vec<WaveItem> {
+        let span = info_span!(
+            "config_change",
+            config.kind = %key.kind,
+            config.namespace = %key.namespace,
+            config.name = %key.name,
+            held = true,
+        );
+        let mut items = Vec::new();
+        for entry in self.index.candidates(key) {
+            let recorded = entry
+                .uses_config(key.kind, &key.name)
+                .and_then(|u| u.recorded.as_deref().map(|r| state.is_current(r, &u.reads)));
+            if recorded == Some(true) {
+                continue;
+            }
+            let Some(reason) = self.decide(key, state, &entry) else {
+                continue;
+            };
+            let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
+            let change = Change {
+                config: key,
+                hash: Some(state.value_for(&counted)),
+                counted,
+                reason,
+                observed_at: Instant::now(),
+                version: state.resource_version,
+            };
+            items.push(WaveItem {
+                candidate: Candidate {
+                    key: entry.key.clone(),
+                    canary: entry.canary,
+                },
+                change: self.queued_change(&entry, change, &span),
+                priority: Priority::Live,
+            });
+        }
+        items
     }
 
     /// The change as the queue takes it, with its `reload` span under `parent`.
@@ -618,7 +738,9 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         let Some(state) = self.index.config(key) else {
             return 0;
         };
-        if !self.ownership.owns(&key.namespace) || before.is_some_and(|b| b.digest == state.digest)
+        if !self.ownership.owns(&key.namespace)
+            || before.is_some_and(|b| b.digest == state.digest)
+            || self.halted_now(key, &state)
         {
             return 0;
         }
@@ -668,13 +790,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                     .map(|policy| (runner, policy))
             });
             match waves {
-                Some((runner, policy)) => self.roll_in_waves(runner, &key, policy, items),
-                None => {
-                    for item in items {
-                        self.queue
-                            .enqueue_as(item.candidate.key, item.change, item.priority);
-                    }
-                }
+                Some((runner, policy)) => self.roll_in_waves(runner, &key, &state, policy, items),
+                None => self.enqueue_all(items),
             }
         }
         if queued > 0 {
@@ -701,8 +818,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         };
         let state = self.index.config(&key)?;
         // Either form counts as current, whatever the mode now: switching it rolls nothing
-        // while per-key digests are kept (docs/precise-reloads.md).
-        if state.is_current(recorded, &u.reads) {
+        // while per-key digests are kept (docs/precise-reloads.md). A halt holds the rest.
+        if state.is_current(recorded, &u.reads) || self.halted_now(&key, &state) {
             return None;
         }
         let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);

@@ -194,13 +194,14 @@ fn defaults_render_a_hardened_single_replica_watching_everything() {
             ("events.k8s.io", "events", "", &["create", "patch"]),
         ])
     );
-    // Own namespace: the meta-info ConfigMap only.
+    // Own namespace: the meta-info ConfigMap and the kept halts only.
     let own = &role_in(&objects, NS).expect("a Role in the release namespace")["rules"];
     assert_eq!(
         grants(own),
         grant_set(&[
             ("", "configmaps", "", &["create"]),
             ("", "configmaps", "reloader-meta-info", &["get", "patch"]),
+            ("", "configmaps", "kube-reloader-halts", &["get", "patch"]),
         ])
     );
 }

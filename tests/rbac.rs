@@ -135,11 +135,13 @@ impl Needs {
         g
     }
 
-    /// In the release namespace.
+    /// In the release namespace (the halts of changes rolled in waves: any config can opt in
+    /// with its annotation, so in every mode).
     fn release(&self) -> BTreeSet<Grant> {
         let mut g = grant_set(&[
             ("", "configmaps", "", &["create"]),
             ("", "configmaps", "reloader-meta-info", &["get", "patch"]),
+            ("", "configmaps", "kube-reloader-halts", &["get", "patch"]),
         ]);
         if self.leases {
             g.extend(grant_set(&[

@@ -164,6 +164,8 @@ async fn start_controller(ns: &TestNamespace, policy: &str) -> Controller {
         &format!("--namespace-selector=kr-waves-test={}", ns.name),
         &format!("--waves={policy}"),
         "--wave-poll-interval=500ms",
+        // Halts are kept in the test namespace's kube-reloader-halts ConfigMap.
+        &format!("--pod-namespace={}", ns.name),
     ])
     .await
 }
@@ -365,12 +367,26 @@ async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_released_halt_rolls_each_held_workload_once() {
+async fn a_halt_survives_a_restart_and_its_release_rolls_each_held_workload_once() {
     const N: usize = 10;
+    const POLICY: &str = "threshold=2,canary=1,deadline=60s";
     let bad = configmap_hash(&[("v", "bad")]);
-    let (ns, _kwok, history, controller) =
-        halting_fleet("waves-resume", N, "threshold=2,canary=1,deadline=60s").await;
+    let (ns, _kwok, history, controller) = halting_fleet("waves-resume", N, POLICY).await;
     bad_change_halts(&ns).await;
+    let kept = wait_for(
+        "the halt kept in kube-reloader-halts",
+        Duration::from_secs(30),
+        || async { halts_kept(&ns).await.ok_or("not yet".to_string()) },
+    )
+    .await;
+    eprintln!("kept in kube-reloader-halts: {kept}");
+    assert!(kept.contains("ProgressDeadlineExceeded"), "{kept}");
+
+    // A restarted controller holds the same workloads: nothing more rolls.
+    controller.stop().await;
+    let controller = start_controller(&ns, POLICY).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(history.on(&bad).len(), 1, "only the canary rolled");
     // `/debug/explain` says what holds a held workload.
     let url = format!(
         "http://127.0.0.1:{}/debug/explain?kind=Deployment&namespace={}&name=w-009",
@@ -382,7 +398,6 @@ async fn a_released_halt_rolls_each_held_workload_once() {
         body.contains("reload halted: wave 1 of") && body.contains("ProgressDeadlineExceeded"),
         "{body}"
     );
-    assert_eq!(history.on(&bad).len(), 1, "only the canary rolled");
 
     // Released (the annotation `kube-reloader resume` sets): everyone held rolls once.
     merge_patch(
@@ -417,6 +432,25 @@ async fn a_released_halt_rolls_each_held_workload_once() {
         events.iter().any(|e| e.reason == "ReloadResumed"),
         "{events:?}"
     );
+    wait_for(
+        "the released halt forgotten",
+        Duration::from_secs(30),
+        || async {
+            match halts_kept(&ns).await {
+                None => Ok(()),
+                Some(kept) => Err(kept),
+            }
+        },
+    )
+    .await;
+}
+
+/// The halt of the `shared` ConfigMap kept in the namespace's kube-reloader-halts, if any.
+async fn halts_kept(ns: &TestNamespace) -> Option<String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(ns.client.clone(), &ns.name);
+    let cm = api.get_opt("kube-reloader-halts").await.ok()??;
+    cm.data?.remove(&format!("configmap.{}.shared", ns.name))
 }
 
 /// Runs the kube-reloader binary's subcommand with the test kubeconfig; (exit code, stdout).

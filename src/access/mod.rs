@@ -23,6 +23,7 @@ use crate::model::{ConfigKind, WorkloadKind};
 pub const LEADER_LOCK: &str = "stakater-reloader-lock";
 /// Reloader's ConfigMap of build and option info.
 pub const META_INFO: &str = "reloader-meta-info";
+use crate::waves::HALTS_CONFIGMAP;
 const SHARD_ASSIGNMENT: &str = crate::shard::coordinator::ASSIGNMENT_CONFIGMAP;
 
 /// One verb on one resource, in one namespace (`None`: every namespace) or on one object.
@@ -123,6 +124,11 @@ impl AccessPlan {
     /// Everything granted: the preferred mode.
     pub fn full() -> Self {
         Self::default()
+    }
+
+    /// Halts can be kept in the `kube-reloader-halts` ConfigMap.
+    pub fn keeps_halts(&self) -> bool {
+        !self.lost.iter().any(|(_, what)| *what == HALTS_LOST)
     }
 
     pub fn uses(&self, fallback: Fallback) -> bool {
@@ -245,8 +251,34 @@ pub fn requirements(settings: &Settings, meta_info_namespace: Option<&str>) -> V
     if let Some(ns) = meta_info_namespace {
         meta_info_rules(ns, &mut out);
     }
+    if let Some(ns) = &settings.halts_namespace {
+        halt_rules(ns, &mut out);
+    }
     out
 }
+
+/// What the `kube-reloader-halts` ConfigMap needs (`create` cannot be limited to its name).
+fn halt_rules(namespace: &str, out: &mut Vec<Requirement>) {
+    for (verb, name) in [
+        ("get", Some(HALTS_CONFIGMAP)),
+        ("patch", Some(HALTS_CONFIGMAP)),
+        ("create", None),
+    ] {
+        out.push(Requirement {
+            rule: Rule {
+                group: "",
+                resource: "configmaps",
+                verb,
+                namespace: Some(namespace.to_string()),
+                name,
+            },
+            need: Need::Optional(HALTS_LOST),
+        });
+    }
+}
+
+/// What is lost without the halts' rules.
+const HALTS_LOST: &str = "halts of changes rolled in waves kept across restarts and hand-overs";
 
 fn config_rules(settings: &Settings, rules: &mut Rules<'_>) {
     let read = &["list", "watch"];

@@ -341,6 +341,23 @@ impl Intake {
         self.configs.config_deleted(key)
     }
 
+    /// Reads the kept halts and holds again what those of `namespaces` (`None`: every owned
+    /// one) held; before the reconcile, which would otherwise roll what they hold. A failed read
+    /// is logged: the reconcile then rolls the stale workloads in waves anew.
+    pub async fn restore_halts(&self, namespaces: Option<&HashSet<String>>) -> usize {
+        let Some(store) = self.configs.halts() else {
+            return 0;
+        };
+        match store.load().await {
+            Ok(records) if records.is_empty() => 0,
+            Ok(records) => self.configs.restore_halts(&records, namespaces),
+            Err(e) => {
+                warn!(error = %e, "reading the kept halts failed: halted changes start over in waves");
+                0
+            }
+        }
+    }
+
     /// Reconciles recorded hashes in `namespaces` (`None`: all owned).
     pub fn reconcile_recorded(&self, namespaces: Option<&HashSet<String>>) -> usize {
         self.configs.reconcile_recorded(namespaces)

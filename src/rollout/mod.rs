@@ -4,6 +4,7 @@
 
 pub mod config_view;
 pub mod events;
+pub mod halts;
 pub mod limiter;
 pub mod pause;
 pub mod queue;

@@ -13,13 +13,16 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::halts::HaltStore;
 use super::{Priority, QueuedChange};
 use crate::config::AnnotationKeys;
 use crate::index::{WorkloadObject, workload_entry_from_object};
 use crate::model::{ConfigKey, WorkloadKey};
 use crate::resources::api_resource;
 
-use crate::waves::{Candidate, Halt, Health, Sequence, Step, WavePolicy, assess, plan_waves};
+use crate::waves::{
+    Candidate, Halt, HaltRecord, Health, Sequence, Step, WavePolicy, assess, plan_waves,
+};
 
 /// One workload of a change rolled in waves, with its queued change ready to go.
 pub struct WaveItem {
@@ -76,6 +79,8 @@ pub enum WaveStatus {
 
 struct Active {
     id: u64,
+    /// The Reloader hash of the config's value this sequence rolls.
+    hash: String,
     status: WaveStatus,
     release: Arc<Notify>,
     task: tokio::task::AbortHandle,
@@ -89,6 +94,17 @@ pub struct WaveRunner<R = KubeReader> {
     /// How often a rolling wave's workloads are read.
     poll: Duration,
     next_id: std::sync::atomic::AtomicU64,
+    /// Keeps halts in the cluster (`None`: no namespace for them; they end with the process).
+    halts: Option<HaltStore>,
+}
+
+/// The value a sequence rolls: what its halt record says it held.
+#[derive(Debug, Clone)]
+pub struct Rolled {
+    /// The Reloader hash of the config's whole content.
+    pub hash: String,
+    /// The config's `kube-reloader.io/resume` when the sequence started.
+    pub resume: Option<String>,
 }
 
 impl<R: WorkloadReader> WaveRunner<R> {
@@ -105,8 +121,19 @@ impl<R: WorkloadReader> WaveRunner<R> {
             notices,
             poll,
             next_id: Default::default(),
+            halts: None,
         };
         (runner, received)
+    }
+
+    /// Keeps halts in the cluster through `store`.
+    pub fn with_halts(mut self, store: HaltStore) -> Self {
+        self.halts = Some(store);
+        self
+    }
+
+    pub fn halts(&self) -> Option<&HaltStore> {
+        self.halts.as_ref()
     }
 
     /// Starts rolling `items` in waves (a sequence of the same config still running or halted
@@ -114,6 +141,7 @@ impl<R: WorkloadReader> WaveRunner<R> {
     pub fn start(
         &self,
         config: ConfigKey,
+        rolled: Rolled,
         policy: WavePolicy,
         items: Vec<WaveItem>,
         sink: WaveSink,
@@ -132,7 +160,88 @@ impl<R: WorkloadReader> WaveRunner<R> {
             .iter()
             .map(|i| (i.candidate.key.clone(), i.change.change.hash.clone()))
             .collect();
-        let run = Run {
+        let run = self.run(id, sequence, items, sink, &rolled, &release, hashes);
+        let task = tokio::spawn(run.run()).abort_handle();
+        let status = WaveStatus::Rolling { wave, waves };
+        let hash = rolled.hash;
+        self.active.insert(
+            config,
+            Active {
+                id,
+                hash,
+                status,
+                release,
+                task,
+            },
+        );
+    }
+
+    /// Holds again what a halt kept in the cluster held (after a restart, or in a namespace
+    /// gained from another replica): `items` are the workloads of the config not on its value.
+    pub fn restore(
+        &self,
+        record: &HaltRecord,
+        config: ConfigKey,
+        items: Vec<WaveItem>,
+        sink: WaveSink,
+    ) {
+        // Replaced, not superseded: the record stays.
+        if let Some((_, stale)) = self.active.remove(&config) {
+            stale.task.abort();
+        }
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let halt = Halt {
+            config: config.clone(),
+            wave: record.wave,
+            waves: record.waves,
+            reason: record.reason.clone(),
+            held: items.iter().map(|i| i.candidate.key.clone()).collect(),
+        };
+        info!(config = %config, held = halt.held.len(), "holding again what a kept halt held: {halt}");
+        let at = record.at.parse().unwrap_or_else(|_| jiff::Timestamp::now());
+        let release = Arc::new(Notify::new());
+        let rolled = Rolled {
+            hash: record.hash.clone(),
+            resume: record.resume.clone(),
+        };
+        let sequence = Sequence::start(config.clone(), Vec::new(), Duration::ZERO, Instant::now());
+        let run = self.run(
+            id,
+            sequence,
+            items,
+            sink,
+            &rolled,
+            &release,
+            Default::default(),
+        );
+        let task = tokio::spawn(run.hold_until_released(halt.clone())).abort_handle();
+        let status = WaveStatus::Halted { halt, at };
+        self.active.insert(
+            config,
+            Active {
+                id,
+                hash: rolled.hash,
+                status,
+                release,
+                task,
+            },
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        id: u64,
+        sequence: Sequence,
+        items: Vec<WaveItem>,
+        sink: WaveSink,
+        rolled: &Rolled,
+        release: &Arc<Notify>,
+        hashes: std::collections::HashMap<WorkloadKey, Option<String>>,
+    ) -> Run<R> {
+        Run {
             id,
             sequence,
             items,
@@ -145,18 +254,24 @@ impl<R: WorkloadReader> WaveRunner<R> {
             poll: self.poll,
             started: Instant::now(),
             hashes,
-        };
-        let task = tokio::spawn(run.run()).abort_handle();
-        let status = WaveStatus::Rolling { wave, waves };
-        self.active.insert(
-            config,
-            Active {
-                id,
-                status,
-                release,
-                task,
-            },
-        );
+            rolled: rolled.clone(),
+            halts: self.halts.clone(),
+        }
+    }
+
+    /// A kept halt that no longer holds (the config changed, was released or deleted while
+    /// nobody held it) is forgotten.
+    pub fn forget(&self, config: &ConfigKey) {
+        if let Some(halts) = &self.halts {
+            halts.remove(config);
+        }
+    }
+
+    /// `config` is halted on the value whose Reloader hash is `hash`.
+    pub fn holds(&self, config: &ConfigKey, hash: &str) -> bool {
+        self.active
+            .get(config)
+            .is_some_and(|a| a.hash == hash && matches!(a.status, WaveStatus::Halted { .. }))
     }
 
     /// A new change of `config` replaces whatever sequence it has (its held workloads are
@@ -165,6 +280,9 @@ impl<R: WorkloadReader> WaveRunner<R> {
         match self.active.remove(config) {
             Some((_, active)) => {
                 active.task.abort();
+                if matches!(active.status, WaveStatus::Halted { .. }) {
+                    self.forget(config);
+                }
                 info!(config = %config, "a newer change supersedes the change rolling in waves");
                 true
             }
@@ -204,6 +322,8 @@ struct Run<R> {
     started: Instant,
     /// What each workload's change writes, kept after its item went to the queue.
     hashes: std::collections::HashMap<WorkloadKey, Option<String>>,
+    rolled: Rolled,
+    halts: Option<HaltStore>,
 }
 
 impl<R: WorkloadReader> Run<R> {
@@ -247,14 +367,33 @@ impl<R: WorkloadReader> Run<R> {
     async fn halted(&mut self, halt: Halt) {
         warn!(config = %halt.config, wave = halt.wave, waves = halt.waves, reason = %halt.reason,
             held = halt.held.len(), "reload halted: {halt}");
+        let at = jiff::Timestamp::now();
         self.set_status(WaveStatus::Halted {
             halt: halt.clone(),
-            at: jiff::Timestamp::now(),
+            at,
         });
+        if let Some(halts) = &self.halts {
+            let (hash, resume) = (self.rolled.hash.clone(), self.rolled.resume.clone());
+            halts.save(HaltRecord::new(&halt, hash, resume, at));
+        }
         let _ = self.notices.send(WaveNotice::Halted(halt.clone()));
+        self.wait_for_release(halt).await;
+    }
+
+    /// The task of a restored halt.
+    async fn hold_until_released(mut self, halt: Halt) {
+        let config = halt.config.clone();
+        self.wait_for_release(halt).await;
+        self.active.remove_if(&config, |_, a| a.id == self.id);
+    }
+
+    async fn wait_for_release(&mut self, halt: Halt) {
         self.release.notified().await;
         info!(config = %halt.config, held = halt.held.len(), "halt released: rolling the held workloads");
         self.queue(&halt.held);
+        if let Some(halts) = &self.halts {
+            halts.remove(&halt.config);
+        }
         let _ = self.notices.send(WaveNotice::Released {
             config: halt.config,
             held: halt.held,

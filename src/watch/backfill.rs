@@ -99,11 +99,12 @@ impl WatchContext {
         self.engine
             .configs_backfilled(namespaces.iter().map(String::as_str));
         self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
+        let set: HashSet<String> = namespaces.iter().cloned().collect();
+        self.engine.restore_halts(Some(&set)).await;
         if let Some(catch_up) = catch_up {
             let gained = |ns: &str| wanted.contains(ns);
             self.catch_up(&targets, &gained, &catch_up.since).await;
         }
-        let set: HashSet<String> = namespaces.iter().cloned().collect();
         let queued = self.engine.reconcile_recorded(Some(&set));
         info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
     }

@@ -8,9 +8,11 @@
 pub mod health;
 pub mod plan;
 pub mod policy;
+pub mod record;
 pub mod sequence;
 
 pub use health::{Health, assess};
 pub use plan::{CANARY_LABEL, Candidate, plan_waves};
 pub use policy::{PolicyText, RESUME_ANNOTATION, WAVES_ANNOTATION, WavePolicy};
+pub use record::{HALTS_CONFIGMAP, HaltRecord};
 pub use sequence::{Halt, Sequence, Step};

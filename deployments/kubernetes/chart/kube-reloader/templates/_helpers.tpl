@@ -215,7 +215,8 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
 {{- end -}}
 
 {{/* What kube-reloader needs in its own namespace: publish the reloader-meta-info ConfigMap
-(server-side apply: create, then get/patch of that name only) and, with HA or sharding, its
+(server-side apply: create, then get/patch of that name only), keep halts of changes rolled in
+waves in kube-reloader-halts (get/patch of that name) and, with HA or sharding, its
 Leases (one per replica, plus the leader's stakater-reloader-lock) and the shard assignment
 ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- define "kube-reloader.releaseRules" -}}
@@ -224,7 +225,7 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
   verbs: [create]
 - apiGroups: [""]
   resources: [configmaps]
-  resourceNames: [reloader-meta-info]
+  resourceNames: [reloader-meta-info, kube-reloader-halts]
   verbs: [get, patch]
 {{- if include "kube-reloader.usesLeases" . }}
 - apiGroups: [""]

@@ -1,0 +1,156 @@
+//! A halt as it is kept in the cluster, so that it outlives the replica that found it: a
+//! restart or the namespace's next owner holds the same workloads until the halt is released
+//! or the config changes again. One entry per halted config in the `kube-reloader-halts`
+//! ConfigMap of the controller's namespace (least privilege: no write on the users' configs).
+//! Pure: the keys and the text; the runner does the I/O.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ConfigKey, ConfigKind};
+
+use super::Halt;
+
+/// The ConfigMap, in the controller's namespace, that holds every halt.
+pub const HALTS_CONFIGMAP: &str = "kube-reloader-halts";
+
+/// Longest data key a ConfigMap takes.
+const MAX_KEY: usize = 253;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HaltRecord {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The Reloader hash of the config's content when it halted: the halt holds while the
+    /// config has it, and a new value (the fix) ends it.
+    pub hash: String,
+    /// The config's `kube-reloader.io/resume` when it halted: a different value releases it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+    pub wave: usize,
+    pub waves: usize,
+    pub reason: String,
+    /// When it halted (RFC 3339).
+    pub at: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("not a halt record: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("unknown config kind {0:?}")]
+    Kind(String),
+}
+
+impl HaltRecord {
+    pub fn new(halt: &Halt, hash: String, resume: Option<String>, at: jiff::Timestamp) -> Self {
+        Self {
+            kind: halt.config.kind.as_str().to_string(),
+            namespace: halt.config.namespace.to_string(),
+            name: halt.config.name.to_string(),
+            hash,
+            resume,
+            wave: halt.wave,
+            waves: halt.waves,
+            reason: halt.reason.clone(),
+            at: at.to_string(),
+        }
+    }
+
+    pub fn config(&self) -> Result<ConfigKey, RecordError> {
+        let kind = ConfigKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == self.kind)
+            .ok_or_else(|| RecordError::Kind(self.kind.clone()))?;
+        Ok(ConfigKey::new(kind, &self.namespace, &self.name))
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a halt record serializes")
+    }
+
+    pub fn decode(text: &str) -> Result<Self, RecordError> {
+        Ok(serde_json::from_str(text)?)
+    }
+
+    /// As `explain` and `/debug/explain` show it.
+    pub fn describe(&self) -> String {
+        format!(
+            "wave {} of {} of the change of {}/{} at {} failed: {}",
+            self.wave, self.waves, self.kind, self.name, self.at, self.reason
+        )
+    }
+}
+
+/// The ConfigMap data key of `config`'s halt: `<kind>.<namespace>.<name>`, readable in
+/// `kubectl get`, or with the name replaced by its blake3 when that would be too long.
+pub fn data_key(config: &ConfigKey) -> String {
+    let key = format!(
+        "{}.{}.{}",
+        config.kind.as_str(),
+        config.namespace,
+        config.name
+    );
+    if key.len() <= MAX_KEY {
+        return key;
+    }
+    let hash = blake3::hash(config.name.as_bytes()).to_hex();
+    format!(
+        "{}.{}.{}",
+        config.kind.as_str(),
+        config.namespace,
+        &hash[..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{WorkloadKey, WorkloadKind};
+
+    fn halt() -> Halt {
+        Halt {
+            config: ConfigKey::new(ConfigKind::Secret, "team-a", "tls"),
+            wave: 2,
+            waves: 5,
+            reason: "deployment/web ProgressDeadlineExceeded".into(),
+            held: vec![WorkloadKey::new(WorkloadKind::Deployment, "team-a", "api")],
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written_and_names_its_config() {
+        let at: jiff::Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
+        let record = HaltRecord::new(&halt(), "abc".into(), Some("1".into()), at);
+        let back = HaltRecord::decode(&record.encode()).unwrap();
+        assert_eq!(back, record);
+        assert_eq!(back.config().unwrap(), halt().config);
+        assert_eq!(
+            back.describe(),
+            "wave 2 of 5 of the change of secret/tls at 2026-12-03T10:00:00Z failed: \
+             deployment/web ProgressDeadlineExceeded"
+        );
+    }
+
+    #[test]
+    fn garbage_and_unknown_kinds_are_errors_not_halts() {
+        assert!(HaltRecord::decode("{not json").is_err());
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let mut record = HaltRecord::new(&halt(), "abc".into(), None, at);
+        record.kind = "pod".into();
+        assert!(matches!(record.config(), Err(RecordError::Kind(_))));
+    }
+
+    #[test]
+    fn data_keys_are_readable_and_never_too_long() {
+        let short = ConfigKey::new(ConfigKind::ConfigMap, "ns", "app.settings");
+        assert_eq!(data_key(&short), "configmap.ns.app.settings");
+        let long_name = "n".repeat(253);
+        let long = ConfigKey::new(ConfigKind::Secret, &"s".repeat(63), &long_name);
+        let key = data_key(&long);
+        assert!(key.len() <= MAX_KEY, "{}", key.len());
+        assert!(key.starts_with("secret.sss"));
+        let other = ConfigKey::new(ConfigKind::Secret, &"s".repeat(63), &"m".repeat(253));
+        assert_ne!(data_key(&other), key);
+    }
+}
