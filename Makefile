@@ -95,7 +95,7 @@ loadtest-small:
 ## Load test against the local control plane (see loadtest/README.md):
 ##   make loadtest SCENARIO=steady|burst|fanout|noop|large|ratelimit|restart|annotations|sharded|churn|
 ##                          references|mixed|cardinality|pause|realistic|noisy-neighbour|poisoned|
-##                          flapping|all SCALE=small|medium|large
+##                          flapping|waves|all SCALE=small|medium|large
 ## CONTROLLER_CMD='...' measures another controller; LOADTEST_ARGS='...' passes more flags.
 SCENARIO ?= steady
 SCALE ?= small

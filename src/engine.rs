@@ -839,12 +839,18 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             observed_at: Instant::now(),
             version: state.resource_version,
         };
+        let mut queued = self.queued_change(entry, change, &span);
+        // The workload records a hash, so whoever owns it next finds this reload again by the
+        // same comparison: holding the published acted version below the config's (possibly
+        // long unchanged) resourceVersion would only send a successor's catch-up to history
+        // etcd has compacted.
+        queued.acted = None;
         let item = WaveItem {
             candidate: Candidate {
                 key: entry.key.clone(),
                 canary: entry.canary,
             },
-            change: self.queued_change(entry, change, &span),
+            change: queued,
             // Behind live changes: a start-up must not delay what users change now.
             priority: Priority::Background,
         };

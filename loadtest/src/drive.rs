@@ -32,7 +32,7 @@ pub struct Driven {
 }
 
 /// How long to wait for `pairs` expected (change, workload) reloads.
-fn timeout_for(plan: &Plan, pairs: usize) -> Duration {
+pub(crate) fn timeout_for(plan: &Plan, pairs: usize) -> Duration {
     Duration::from_secs_f64(plan.wait_base_s + pairs as f64 * 0.1)
 }
 
@@ -66,6 +66,10 @@ pub async fn drive(
             burst(ctx, plan, rng, standard, &mut d.notes).await
         }
         Scenario::Fanout => fanout(ctx, plan, &targets.special[0], &mut d.notes).await,
+        Scenario::Waves => {
+            let metrics_url = &ctl.replicas[0].metrics_url;
+            crate::waves::drive(ctx, plan, &targets.special[0], metrics_url, &mut d.notes).await
+        }
         Scenario::Noop => noop(ctx, plan, rng, standard, &mut d.notes).await,
         Scenario::Pause => pause(ctx, plan, rng, standard, rollouts, &mut d.notes).await,
         Scenario::Large => large(ctx, plan, &targets.special).await,

@@ -30,6 +30,7 @@ mod scenario;
 mod setup;
 mod sharded;
 mod tenancy;
+mod waves;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -114,6 +114,11 @@ fn driven(scenario: &str, plan: &Value) -> String {
             "{} changes of one ConfigMap used by {} Deployments, one after the other",
             plan["fanout_changes"], plan["fanout_width"]
         ),
+        "waves" => format!(
+            "3 changes of one ConfigMap used by {} Deployments, each rolled in health-gated \
+             waves; the first superseded after its canaries",
+            plan["fanout_width"]
+        ),
         "noop" => format!(
             "{} label/annotation-only updates at {}/s, then 2 real changes (sentinels)",
             plan["changes"], plan["rate"]

@@ -432,6 +432,11 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
     let sharding_json = sharding_report(ctl, &f, &g.population);
     let (all_lat, latency, latency_by_tag) = latency_figures(env, &reloads)?;
     let write_times = workload_write_times(&f, st, g.times.changes);
+    if env.scenario == Scenario::Waves {
+        let metrics = f.metrics.first().cloned().flatten();
+        let notes = crate::waves::check(metrics.as_deref(), &mut verdict);
+        driven.notes.insert("waves".into(), notes);
+    }
     if env.scenario == Scenario::Ratelimit {
         let notes = ratelimit_check(&env.plan, &f, &write_times, g.times.changes, &mut verdict);
         driven.notes.insert("rate_limit".into(), notes);

@@ -53,6 +53,9 @@ pub enum Scenario {
     /// against the churn breaker (--churn-limit M): each workload rolls at most M times, and
     /// once more to the final content after the Secret went quiet.
     Flapping,
+    /// One ConfigMap used by `fanout_width` Deployments, the controller run with --waves: each
+    /// change rolls in health-gated waves; the first is superseded mid-sequence.
+    Waves,
     /// 3+ replicas under a seeded random fault schedule for `--duration` (not part of `all`).
     Chaos,
     /// Every scenario above but `chaos`, one after the other.
@@ -61,7 +64,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// What `all` runs.
-    pub const EACH: [Scenario; 18] = [
+    pub const EACH: [Scenario; 19] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -80,6 +83,7 @@ impl Scenario {
         Scenario::NoisyNeighbour,
         Scenario::Poisoned,
         Scenario::Flapping,
+        Scenario::Waves,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +106,7 @@ impl Scenario {
             Scenario::NoisyNeighbour => "noisy-neighbour",
             Scenario::Poisoned => "poisoned",
             Scenario::Flapping => "flapping",
+            Scenario::Waves => "waves",
             Scenario::Chaos => "chaos",
             Scenario::All => "all",
         }
@@ -346,6 +351,7 @@ impl Plan {
                 }
                 flags.join(" ")
             }
+            Scenario::Waves => crate::waves::controller_flags(self),
             Scenario::Flapping if self.churn_limit > 0 => format!(
                 "--churn-limit={} --churn-window={}s --churn-quiet={}s",
                 self.churn_limit, self.churn_window_s, self.churn_quiet_s

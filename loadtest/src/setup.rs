@@ -117,7 +117,7 @@ pub fn populate(scenario: Scenario, plan: &Plan, run_id: &str) -> Populated {
                 w.pause_period = Some(format!("{}s", plan.pause_period_s));
             }
         }
-        Scenario::Fanout => special.push(add_fanout(&mut pop, plan)),
+        Scenario::Fanout | Scenario::Waves => special.push(add_fanout(&mut pop, plan)),
         Scenario::Large => special = add_large_secrets(&mut pop, plan),
         Scenario::Flapping => special = crate::flapping::populate(&mut pop, plan),
         _ => {}

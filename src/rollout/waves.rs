@@ -24,6 +24,9 @@ use crate::waves::{
     Candidate, Halt, HaltRecord, Health, Sequence, Step, WavePolicy, assess, plan_waves,
 };
 
+/// Reads of a wave's workloads in flight at once.
+const READS_IN_FLIGHT: usize = 8;
+
 /// One workload of a change rolled in waves, with its queued change ready to go.
 pub struct WaveItem {
     pub candidate: Candidate,
@@ -421,23 +424,32 @@ impl<R: WorkloadReader> Run<R> {
 
     /// The health of the current wave's workloads; one not yet carrying the change's value is
     /// not healthy yet (its write may still wait its turn in the queue).
+    /// A few reads at once: a late wave holds hundreds of workloads.
     async fn read_wave(&self) -> Vec<(WorkloadKey, Health)> {
-        let config = &self.sequence.config;
-        let mut health = Vec::new();
-        for key in self.sequence.current_wave() {
-            let state = match self.reader.read(key).await {
-                Ok(Some(obj)) => self.health_of(key, &obj),
-                // Gone: nothing to wait for.
-                Ok(None) => Health::Healthy,
-                Err(e) => {
-                    debug!(workload = %key, error = %e, "reading a wave's workload failed");
-                    continue;
-                }
-            };
-            debug!(config = %config, workload = %key, ?state, "wave workload");
-            health.push((key.clone(), state));
-        }
-        health
+        use futures::StreamExt;
+        let reads = self.sequence.current_wave().to_vec().into_iter();
+        let read: Vec<Option<(WorkloadKey, Health)>> =
+            futures::stream::iter(reads.map(|key| self.read_one(key)))
+                .buffer_unordered(READS_IN_FLIGHT)
+                .collect()
+                .await;
+        read.into_iter().flatten().collect()
+    }
+
+    /// `None`: the read failed (not healthy yet).
+    async fn read_one(&self, key: WorkloadKey) -> Option<(WorkloadKey, Health)> {
+        let key = &key;
+        let state = match self.reader.read(key).await {
+            Ok(Some(obj)) => self.health_of(key, &obj),
+            // Gone: nothing to wait for.
+            Ok(None) => Health::Healthy,
+            Err(e) => {
+                debug!(workload = %key, error = %e, "reading a wave's workload failed");
+                return None;
+            }
+        };
+        debug!(config = %self.sequence.config, workload = %key, ?state, "wave workload");
+        Some((key.clone(), state))
     }
 
     fn health_of(&self, key: &WorkloadKey, obj: &serde_json::Value) -> Health {

@@ -122,8 +122,12 @@ impl Coordinator {
         self.inherited.lock().expect("inherited lock").take()
     }
 
-    /// Reads this replica's own Lease before the first renewal overwrites it.
+    /// Reads this replica's own Lease before the first renewal overwrites it, and the other
+    /// members' (for the first assignment's catch-up).
     async fn inherit_acted(&self) {
+        if let Err(e) = self.members().await {
+            warn!(error = %e, "could not read the member Leases: namespaces taken over at start are not caught up");
+        }
         match lease::acted_before_start(&self.leases(), &self.settings.me).await {
             Ok(since) if !since.is_empty() => {
                 info!(since = %since.to_annotation(), "catching up from what this replica had acted on before it restarted");
@@ -462,16 +466,34 @@ impl Coordinator {
         self.first_assignment.send_replace(true);
     }
 
-    /// The versions the namespaces gained from members that left must be caught up from,
-    /// held here from now on (before the watch side gets to them).
+    /// The versions the gained namespaces must be caught up from (the lowest any other member
+    /// of the assignments known had acted up to), held here from now on (before the watch side
+    /// gets to them).
     fn catch_up_for(&self, before: &handover::ShardView, next: &Assignment) -> Option<CatchUp> {
         let before: Vec<&Assignment> = [&before.current, &before.previous]
             .into_iter()
             .flatten()
             .map(|a| a.as_ref())
             .collect();
+        let me = self.settings.me.as_str();
         let acted = self.members_acted.lock().expect("members acted lock");
-        let since = handover::catch_up_since(&before, next, &acted)?;
+        if before.is_empty() {
+            // The first assignment: every namespace was another member's (or this replica's
+            // before a restart, which `inherit_acted` read).
+            let since = handover::catch_up_since(&[next], me, &acted)?;
+            info!(since = %since.to_annotation(), "catching up from what the other members had acted on");
+            let held = self.acted.hold_at(&since);
+            let mut inherited = self.inherited.lock().expect("inherited lock");
+            match inherited.as_mut() {
+                Some(own) => {
+                    own.since.min_with(&since);
+                    own.held.extend(held);
+                }
+                None => *inherited = Some(CatchUp { since, held }),
+            }
+            return None;
+        }
+        let since = handover::catch_up_since(&before, me, &acted)?;
         let held = self.acted.hold_at(&since);
         Some(CatchUp { since, held })
     }

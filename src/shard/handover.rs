@@ -147,20 +147,23 @@ impl PartialEq for CatchUp {
 
 impl Eq for CatchUp {}
 
-/// The versions up to which every member that `before` had and `after` has not had acted (the
-/// lowest per config kind), from `acted` (the last value seen in each member's Lease). `None`
-/// when no member left, or none of those who left published a version.
+/// The versions up to which every other member of `before` had acted (the lowest per config
+/// kind), from `acted` (the last value seen in each member's Lease): what `me`, gaining
+/// namespaces, catches up from. Members that stay count too: an assignment installed while
+/// another's hand-over is still under way takes namespaces from a member that owned them only
+/// in the generation in between, which stops acting on them at once, mid-backfill (the chaos
+/// run of 9a13bf3: 164 missed). `None` when none of them published a version.
 pub fn catch_up_since(
     before: &[&Assignment],
-    after: &Assignment,
+    me: &str,
     acted: &std::collections::HashMap<String, ActedVersions>,
 ) -> Option<ActedVersions> {
     let mut since: Option<ActedVersions> = None;
-    let gone = before
+    let others = before
         .iter()
         .flat_map(|a| a.members.iter())
-        .filter(|m| !after.members.contains(m));
-    for member in gone {
+        .filter(|m| *m != me);
+    for member in others {
         if let Some(versions) = acted.get(member).filter(|v| !v.is_empty()) {
             since
                 .get_or_insert_with(Default::default)
