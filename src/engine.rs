@@ -18,7 +18,7 @@ use crate::reloader_format::template::TemplateChange;
 use crate::rollout::waves::{Rolled, WaveItem, WaveRunner, WaveSink};
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
-use crate::waves::{Candidate, HaltRecord, WavePolicy};
+use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
 
 pub mod breaker;
 mod intake;
@@ -54,6 +54,8 @@ pub struct Engine<W, O, C = ()> {
     acted: ActedTracker,
     /// Rolls large fan-outs in health-gated waves (`--waves`, or a config's own policy).
     waves: Option<Arc<WaveRunner>>,
+    /// Namespaces' own wave policies (`kube-reloader.io/waves`), where namespaces are watched.
+    namespace_waves: dashmap::DashMap<String, PolicyText, ahash::RandomState>,
 }
 
 /// A config event as the fan-out sees it.
@@ -108,6 +110,8 @@ pub trait ConfigEvents: Send + Sync + 'static {
     fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize;
     /// How far this replica has acted.
     fn acted(&self) -> &ActedTracker;
+    /// A namespace's own wave policy (`None`: it has none, or it is gone).
+    fn namespace_waves(&self, namespace: &str, policy: Option<PolicyText>);
     /// Where halts are kept (`None`: nowhere but in memory).
     fn halts(&self) -> Option<crate::rollout::halts::HaltStore>;
     /// Holds again what the kept halts of `namespaces` (`None`: every owned one) held.
@@ -129,6 +133,17 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
 
     fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
         Engine::reconcile_recorded(self, namespaces)
+    }
+
+    fn namespace_waves(&self, namespace: &str, policy: Option<PolicyText>) {
+        match policy {
+            Some(policy) => {
+                self.namespace_waves.insert(namespace.to_string(), policy);
+            }
+            None => {
+                self.namespace_waves.remove(namespace);
+            }
+        }
     }
 
     fn halts(&self) -> Option<crate::rollout::halts::HaltStore> {
@@ -201,6 +216,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             breaker_notices: None,
             acted: ActedTracker::default(),
             waves: None,
+            namespace_waves: Default::default(),
         }
     }
 
@@ -559,7 +575,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         if let Some(own) = &own {
             debug!(config = %key, policy = ?own, "the config's own wave policy");
         }
-        crate::waves::policy::resolve(self.settings.waves.as_ref(), None, own.as_ref())
+        let namespace = self.namespace_waves.get(&*key.namespace);
+        crate::waves::policy::resolve(
+            self.settings.waves.as_ref(),
+            namespace.as_deref(),
+            own.as_ref(),
+        )
     }
 
     /// Above the policy's threshold the runner rolls `items` wave by wave; at or under it they

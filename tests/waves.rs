@@ -144,18 +144,8 @@ fn wave_sizes(n: usize, canary: usize) -> Vec<usize> {
 /// of this file run side by side).
 async fn namespace(prefix: &str) -> TestNamespace {
     let ns = TestNamespace::new(prefix).await;
-    merge_patch_namespace(&ns).await;
+    label_for_selector(&ns, &ns.name).await;
     ns
-}
-
-async fn merge_patch_namespace(ns: &TestNamespace) {
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{Patch, PatchParams};
-    let api: Api<Namespace> = Api::all(ns.client.clone());
-    let patch = json!({"metadata": {"labels": {"kr-waves-test": ns.name}}});
-    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .expect("labelling the test namespace");
 }
 
 async fn start_controller(ns: &TestNamespace, policy: &str) -> Controller {
@@ -260,6 +250,130 @@ async fn a_good_fan_out_rolls_in_waves_each_after_the_one_before_is_healthy() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_annotation_rolls_its_configs_in_waves_without_the_flag() {
+    const N: usize = 6;
+    let ns = namespace("waves-ns").await;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let policy = json!({"metadata": {"annotations": {
+        "kube-reloader.io/waves": "threshold=2,canary=1,deadline=60s"}}});
+    Api::<Namespace>::all(ns.client.clone())
+        .patch(&ns.name, &PatchParams::default(), &Patch::Merge(policy))
+        .await
+        .expect("annotating the namespace");
+    let kwok = Kwok::start(&ns.client, &format!("{}-node", ns.name), &[]).await;
+    fleet(&ns, &kwok.node, N, 120).await;
+    wait_available(&ns, N).await;
+    let history = History::record(&ns);
+    // No --waves: the namespace's annotation alone (read where namespaces are watched, here
+    // through the selector) turns waves on.
+    let controller = Controller::start(&[
+        "--reload-strategy=annotations",
+        &format!("--namespace-selector=kr-waves-test={}", ns.name),
+        "--wave-poll-interval=500ms",
+        &format!("--pod-namespace={}", ns.name),
+    ])
+    .await;
+    set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "tenant"})).await;
+    let value = configmap_hash(&[("v", "tenant")]);
+    wait_for(
+        "every Deployment on the new value",
+        Duration::from_secs(120),
+        || async {
+            let on = history.on(&value).len();
+            (on == N).then_some(()).ok_or(format!("{on}/{N}"))
+        },
+    )
+    .await;
+    wait_for(
+        "the change's waves completed",
+        Duration::from_secs(60),
+        || async {
+            let completed = controller
+                .metric("kube_reloader_wave_sequences_total{result=\"completed\"}")
+                .await;
+            (completed == Some(1.0))
+                .then_some(())
+                .ok_or(format!("{completed:?}"))
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_rolling_in_waves_do_not_delay_a_third_tenants_reload() {
+    const N: usize = 30;
+    // Each namespace is a tenant of its own; one selector label takes in all three.
+    let (a, b, c) = (
+        namespace("waves-fair-a").await,
+        TestNamespace::new("waves-fair-b").await,
+        TestNamespace::new("waves-fair-c").await,
+    );
+    for ns in [&b, &c] {
+        label_for_selector(ns, &a.name).await;
+    }
+    let kwok = Kwok::start(&a.client, &format!("{}-node", a.name), &[]).await;
+    for ns in [&a, &b] {
+        fleet(ns, &kwok.node, N, 120).await;
+    }
+    fleet(&c, &kwok.node, 1, 120).await;
+    for (ns, n) in [(&a, N), (&b, N), (&c, 1)] {
+        wait_available(ns, n).await;
+    }
+    let (history_a, history_b, history_c) = (
+        History::record(&a),
+        History::record(&b),
+        History::record(&c),
+    );
+    let _controller = start_controller(&a, "threshold=5,canary=2,growth=2,deadline=60s").await;
+    let value = configmap_hash(&[("v", "next")]);
+    for ns in [&a, &b] {
+        set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "next"})).await;
+    }
+    let changed = Instant::now();
+    set_configmap_data(&c.client, &c.name, "shared", json!({"v": "next"})).await;
+    let third = wait_for(
+        "the third tenant's reload",
+        Duration::from_secs(60),
+        || async {
+            (history_c.on(&value).len() == 1)
+                .then(|| changed.elapsed())
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    let (rolled_a, rolled_b) = (history_a.on(&value).len(), history_b.on(&value).len());
+    eprintln!(
+        "third tenant reloaded {:.0} ms after its change; the fan-outs had rolled {rolled_a} and \
+         {rolled_b} of {N} by then",
+        third.as_secs_f64() * 1000.0
+    );
+    // It took its turn in the fair queue: no waiting for the fan-outs' waves (the rest of
+    // each is held behind its canaries' health for seconds).
+    assert!(rolled_a < N && rolled_b < N, "{rolled_a}, {rolled_b}");
+    assert!(third < Duration::from_secs(3), "{third:?}");
+    wait_for(
+        "both fan-outs complete",
+        Duration::from_secs(120),
+        || async {
+            let done = (history_a.on(&value).len(), history_b.on(&value).len());
+            (done == (N, N)).then_some(()).ok_or(format!("{done:?}"))
+        },
+    )
+    .await;
+}
+
+async fn label_for_selector(ns: &TestNamespace, value: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let patch = json!({"metadata": {"labels": {"kr-waves-test": value}}});
+    Api::<Namespace>::all(ns.client.clone())
+        .patch(&ns.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("labelling the namespace");
 }
 
 /// `n` Deployments on a kwok node where pods recording the hash of `{"v": "bad"}` never become

@@ -4,11 +4,12 @@
 //! the index but never writes it.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -201,13 +202,28 @@ impl Intake {
         });
     }
 
-    /// A namespace was seen with `labels` (its tenant follows from them).
-    pub fn namespace_seen(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) {
-        self.tenants.namespace_seen(namespace, labels);
+    /// A namespace was seen: its tenant follows from its labels, its own wave policy from its
+    /// `kube-reloader.io/waves` annotation (a malformed one is logged and left out).
+    pub fn namespace_seen(&self, namespace: &str, meta: &ObjectMeta) {
+        self.tenants.namespace_seen(namespace, meta.labels.as_ref());
+        let raw = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::waves::WAVES_ANNOTATION));
+        let policy = raw.and_then(|raw| match crate::waves::PolicyText::parse(raw) {
+            Ok(policy) => Some(policy),
+            Err(e) => {
+                warn!(namespace, annotation = crate::waves::WAVES_ANNOTATION, error = %e,
+                    "ignoring the namespace's wave policy");
+                None
+            }
+        });
+        self.configs.namespace_waves(namespace, policy);
     }
 
     pub fn namespace_deleted(&self, namespace: &str) {
         self.tenants.namespace_gone(namespace);
+        self.configs.namespace_waves(namespace, None);
     }
 
     /// A namespace list returned `seen`: the tenants of the others are forgotten. Returns how

@@ -60,7 +60,9 @@ pub async fn plan(
         }
     }
     let own = config_policy(client, kind, name, namespace).await?;
-    let policy = crate::waves::policy::resolve(settings.waves.as_ref(), None, own.as_ref());
+    let of_namespace = namespace_policy(client, namespace).await?;
+    let policy =
+        crate::waves::policy::resolve(settings.waves.as_ref(), of_namespace.as_ref(), own.as_ref());
     Ok(assemble(kind, name, namespace, workloads, policy))
 }
 
@@ -112,6 +114,30 @@ async fn tenant_of(client: &Client, settings: &Settings, namespace: &str) -> Str
     labels
         .and_then(|l| l.get(label).cloned())
         .unwrap_or_else(|| namespace.to_string())
+}
+
+/// The namespace's `kube-reloader.io/waves` (unreadable namespaces have none).
+async fn namespace_policy(
+    client: &Client,
+    namespace: &str,
+) -> Result<Option<PolicyText>, GatherError> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(client.clone());
+    let annotations = api
+        .get_opt(namespace)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| n.metadata.annotations);
+    annotations
+        .as_ref()
+        .and_then(|a| a.get(WAVES_ANNOTATION))
+        .map(|raw| {
+            PolicyText::parse(raw).map_err(|e| {
+                GatherError::Invalid(format!("namespace {namespace}: {WAVES_ANNOTATION}: {e}"))
+            })
+        })
+        .transpose()
 }
 
 /// The config's own `kube-reloader.io/waves` (a malformed one is an error here: the user asked).

@@ -42,8 +42,7 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
     async fn apply(&mut self, ns: Namespace, phase: Phase) -> Option<String> {
         let name = ns.name_any();
         let ctx = &self.ctx;
-        ctx.engine
-            .namespace_seen(&name, ns.metadata.labels.as_ref());
+        ctx.engine.namespace_seen(&name, &ns.metadata);
         if ctx.engine.namespace_selected(&name)
             && phase.after_startup()
             && ctx.ownership.owns(&name)
@@ -109,9 +108,7 @@ impl IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs {
 
     async fn apply(&mut self, ns: PartialObjectMeta<Namespace>, _: Phase) -> Option<String> {
         let name = ns.name_any();
-        self.ctx
-            .engine
-            .namespace_seen(&name, ns.metadata.labels.as_ref());
+        self.ctx.engine.namespace_seen(&name, &ns.metadata);
         Some(name)
     }
 
