@@ -512,6 +512,21 @@ async fn a_halt_survives_a_restart_and_its_release_rolls_each_held_workload_once
         body.contains("reload halted: wave 1 of") && body.contains("ProgressDeadlineExceeded"),
         "{body}"
     );
+    // So does `explain`, from the kept halt (the controller's namespace: here the test's).
+    let (code, text, err) = cli(&[
+        "explain",
+        "deployment/w-009",
+        "-n",
+        &ns.name,
+        "--pod-namespace",
+        &ns.name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    eprintln!("{text}");
+    assert!(
+        text.contains("held:") && text.contains("reload halted: wave 1 of"),
+        "{text}"
+    );
 
     // Released (the annotation `kube-reloader resume` sets): everyone held rolls once.
     merge_patch(

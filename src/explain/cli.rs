@@ -175,8 +175,15 @@ async fn settings(client: &Client, common: &Common) -> Result<Settings, ToolErro
         Some(target) => {
             let args = gather::deployment_args(client, target).await?;
             let argv = std::iter::once("kube-reloader".to_string()).chain(args);
-            Flags::try_parse_from(argv)
-                .map_err(|e| ToolError::Usage(format!("the args of {target}: {e}")))?
+            let mut flags = Flags::try_parse_from(argv)
+                .map_err(|e| ToolError::Usage(format!("the args of {target}: {e}")))?;
+            // Its halts are kept in its own namespace.
+            if let Some((namespace, _)) = target.split_once('/') {
+                flags
+                    .pod_namespace
+                    .get_or_insert_with(|| namespace.to_string());
+            }
+            flags
         }
     };
     // HA and sharding need a replica identity, which explain does not have nor need.

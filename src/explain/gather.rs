@@ -372,8 +372,43 @@ pub async fn cluster(
     add_configs::<ConfigMap>(client, settings, namespace, |_| None, &mut facts).await?;
     add_configs::<Secret>(client, settings, namespace, |s| s.type_.clone(), &mut facts).await?;
     add_spcs(client, settings, namespace, &mut facts).await?;
+    add_halts(client, settings, &mut facts).await;
     facts.selected = selected_namespaces(client, settings).await?;
     Ok(facts)
+}
+
+/// The halts the controller keeps (in the namespace of `--from-deployment`, or the given
+/// POD_NAMESPACE) that still hold: the config has the value that halted. Unreadable: none.
+async fn add_halts(client: &Client, settings: &Settings, facts: &mut ClusterFacts) {
+    use crate::waves::record::{HALTS_CONFIGMAP, records_from};
+    let Some(namespace) = &settings.halts_namespace else {
+        return;
+    };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let data = match api.get_opt(HALTS_CONFIGMAP).await {
+        Ok(cm) => cm.and_then(|cm| cm.data).unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!(namespace, error = %e, "the kept halts are not readable");
+            return;
+        }
+    };
+    for record in records_from(data).0 {
+        let Ok(key) = record.config() else { continue };
+        let seen = facts
+            .namespaces
+            .get_mut(&*key.namespace)
+            .and_then(|ns| ns.configs.get_mut(&(key.kind, key.name.to_string())));
+        if let Some(seen) = seen.filter(|s| s.hash.as_deref() == Some(record.hash.as_str())) {
+            seen.held = Some(format!(
+                "reload halted: {}; workloads held until `kube-reloader resume {}/{} -n {}` or a \
+                 new change (kept in {namespace}/{HALTS_CONFIGMAP})",
+                record.describe(),
+                record.kind,
+                record.name,
+                record.namespace
+            ));
+        }
+    }
 }
 
 /// What the template records and the `Reloaded` / `ReloadFail` Events about the workload.

@@ -32,7 +32,8 @@ pub struct ConfigSeen {
     pub hash: Option<String>,
     /// Per-key digests of its content (with `--precise-keys` on), for key-precise values.
     pub keys: crate::digest::KeyDigests,
-    /// The churn breaker holds its workloads (live only: the state is the controller's).
+    /// What holds its workloads: a halted change rolled in waves (live, or kept in the
+    /// cluster), the churn breaker (live only).
     pub held: Option<String>,
 }
 

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::model::ConfigKey;
-use crate::waves::record::{HALTS_CONFIGMAP, HaltRecord, data_key};
+use crate::waves::record::{HALTS_CONFIGMAP, HaltRecord, data_key, records_from};
 
 enum Write {
     Save(HaltRecord),
@@ -57,12 +57,9 @@ impl HaltStore {
         let Some(cm) = self.api.get_opt(HALTS_CONFIGMAP).await? else {
             return Ok(Vec::new());
         };
-        let mut records = Vec::new();
-        for (key, text) in cm.data.unwrap_or_default() {
-            match HaltRecord::decode(&text).and_then(|r| r.config().map(|_| r)) {
-                Ok(record) => records.push(record),
-                Err(e) => warn!(key, error = %e, "ignoring an entry of {HALTS_CONFIGMAP}"),
-            }
+        let (records, bad) = records_from(cm.data.unwrap_or_default());
+        for (key, e) in bad {
+            warn!(key, error = %e, "ignoring an entry of {HALTS_CONFIGMAP}");
         }
         Ok(records)
     }

@@ -82,6 +82,21 @@ impl HaltRecord {
     }
 }
 
+/// The halts of the ConfigMap's `data`; an entry that does not read as one is returned apart,
+/// with why, for the caller to report.
+pub fn records_from(
+    data: std::collections::BTreeMap<String, String>,
+) -> (Vec<HaltRecord>, Vec<(String, RecordError)>) {
+    let (mut records, mut bad) = (Vec::new(), Vec::new());
+    for (key, text) in data {
+        match HaltRecord::decode(&text).and_then(|r| r.config().map(|_| r)) {
+            Ok(record) => records.push(record),
+            Err(e) => bad.push((key, e)),
+        }
+    }
+    (records, bad)
+}
+
 /// The ConfigMap data key of `config`'s halt: `<kind>.<namespace>.<name>`, readable in
 /// `kubectl get`, or with the name replaced by its blake3 when that would be too long.
 pub fn data_key(config: &ConfigKey) -> String {
@@ -136,9 +151,19 @@ mod tests {
     fn garbage_and_unknown_kinds_are_errors_not_halts() {
         assert!(HaltRecord::decode("{not json").is_err());
         let at = jiff::Timestamp::UNIX_EPOCH;
-        let mut record = HaltRecord::new(&halt(), "abc".into(), None, at);
+        let good = HaltRecord::new(&halt(), "abc".into(), None, at);
+        let mut record = good.clone();
         record.kind = "pod".into();
         assert!(matches!(record.config(), Err(RecordError::Kind(_))));
+        let data = [
+            ("a".to_string(), good.encode()),
+            ("b".to_string(), record.encode()),
+            ("c".to_string(), "{not json".to_string()),
+        ];
+        let (records, bad) = records_from(data.into_iter().collect());
+        assert_eq!(records, vec![good]);
+        let bad: Vec<&str> = bad.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(bad, ["b", "c"]);
     }
 
     #[test]
