@@ -110,6 +110,8 @@ pub trait ConfigEvents: Send + Sync + 'static {
     fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize;
     /// How far this replica has acted.
     fn acted(&self) -> &ActedTracker;
+    /// `namespace` moved to another replica: the changes rolling in waves there stop here.
+    fn namespace_left(&self, namespace: &str);
     /// A namespace's own wave policy (`None`: it has none, or it is gone).
     fn namespace_waves(&self, namespace: &str, policy: Option<PolicyText>);
     /// Where halts are kept (`None`: nowhere but in memory).
@@ -133,6 +135,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
 
     fn reconcile_recorded(&self, namespaces: Option<&std::collections::HashSet<String>>) -> usize {
         Engine::reconcile_recorded(self, namespaces)
+    }
+
+    fn namespace_left(&self, namespace: &str) {
+        if let Some(runner) = &self.waves {
+            runner.abandon_namespace(namespace);
+        }
     }
 
     fn namespace_waves(&self, namespace: &str, policy: Option<PolicyText>) {
@@ -694,12 +702,15 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 observed_at: Instant::now(),
                 version: state.resource_version,
             };
+            let mut change = self.queued_change(&entry, change, &span);
+            // The kept halt finds these again; they pin no acted version while held.
+            change.acted = None;
             items.push(WaveItem {
                 candidate: Candidate {
                     key: entry.key.clone(),
                     canary: entry.canary,
                 },
-                change: self.queued_change(&entry, change, &span),
+                change,
                 priority: Priority::Live,
             });
         }

@@ -384,6 +384,13 @@ async fn halting_fleet(
     n: usize,
     policy: &str,
 ) -> (TestNamespace, Kwok, History, Controller) {
+    let (ns, kwok, history) = halting_setup(prefix, n).await;
+    let controller = start_controller(&ns, policy).await;
+    (ns, kwok, history, controller)
+}
+
+/// [`halting_fleet`] without its controller.
+async fn halting_setup(prefix: &str, n: usize) -> (TestNamespace, Kwok, History) {
     let bad = configmap_hash(&[("v", "bad")]);
     let ns = namespace(prefix).await;
     let node = format!("{}-node", ns.name);
@@ -391,8 +398,109 @@ async fn halting_fleet(
     fleet(&ns, &kwok.node, n, 4).await;
     wait_available(&ns, n).await;
     let history = History::record(&ns);
-    let controller = start_controller(&ns, policy).await;
-    (ns, kwok, history, controller)
+    (ns, kwok, history)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_survives_a_shard_handover() {
+    const N: usize = 10;
+    let bad = configmap_hash(&[("v", "bad")]);
+    let (ns, _kwok, history) = halting_setup("waves-handover", N).await;
+    // Two sharded replicas; the test namespace holds their Leases and the kept halts too.
+    let replica = |name: &'static str| {
+        let selector = format!("--namespace-selector=kr-waves-test={}", ns.name);
+        let home = ns.name.clone();
+        async move {
+            let args = [
+                "--sharding",
+                "--lease-duration=4s",
+                "--renew-deadline=3s",
+                "--retry-period=1s",
+                "--reload-strategy=annotations",
+                &selector,
+                "--waves=threshold=2,canary=1,deadline=60s",
+                "--wave-poll-interval=500ms",
+            ];
+            let env = [("POD_NAME", name), ("POD_NAMESPACE", home.as_str())];
+            Controller::start_with_env(&args, &env).await
+        }
+    };
+    let (r0, r1) = (replica("r0").await, replica("r1").await);
+    // The namespace settles on one of them before the change.
+    wait_for(
+        "one owner of the namespace",
+        Duration::from_secs(60),
+        || async {
+            let owned = (
+                r0.metric("kube_reloader_owned_namespaces").await,
+                r1.metric("kube_reloader_owned_namespaces").await,
+            );
+            matches!(owned, (Some(1.0), Some(0.0)) | (Some(0.0), Some(1.0)))
+                .then_some(())
+                .ok_or(format!("{owned:?}"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    bad_change_halts(&ns).await;
+    let halted = "kube_reloader_wave_sequences_total{result=\"halted\"}";
+    let (owner, other) = match r0.metric(halted).await {
+        Some(_) => (r0, r1),
+        None => (r1, r0),
+    };
+    let kept = wait_for("the halt kept", Duration::from_secs(30), || async {
+        halts_kept(&ns).await.ok_or("not yet".to_string())
+    })
+    .await;
+    let at: serde_json::Value = serde_json::from_str(&kept).unwrap();
+    let at = at["at"].as_str().unwrap().to_string();
+    // The owner crashes; the other replica takes the namespace over and holds the same halt
+    // (the one kept, not a new one found by rolling the canaries again).
+    owner.crash();
+    let url = format!(
+        "http://127.0.0.1:{}/debug/explain?kind=Deployment&namespace={}&name=w-009",
+        other.metrics_port, ns.name
+    );
+    wait_for(
+        "the halt held by the other replica",
+        Duration::from_secs(60),
+        || async {
+            let (_, body) = common::http_get(&url).await.map_err(|e| e.to_string())?;
+            let held =
+                format!("reload halted: wave 1 of 4 of the change of configmap/shared at {at}");
+            body.contains(&held).then_some(()).ok_or(body)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(history.on(&bad).len(), 1, "only the canary rolled");
+    merge_patch(
+        &ns.client,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "shared",
+        json!({"metadata": {"annotations": {"kube-reloader.io/resume": "1"}}}),
+    )
+    .await;
+    wait_for(
+        "every held Deployment rolled",
+        Duration::from_secs(60),
+        || async {
+            let on = history.on(&bad).len();
+            (on == N).then_some(()).ok_or(format!("{on}/{N}"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (name, rolled) in history.snapshot() {
+        assert_eq!(
+            rolled.written.len(),
+            1,
+            "{name} rolled {:?}",
+            rolled.written
+        );
+    }
 }
 
 /// Changes the config to the bad value and waits for the halt's Event on it.

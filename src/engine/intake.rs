@@ -254,6 +254,7 @@ impl Intake {
     /// would be lost.
     pub fn namespace_moved_away(self: &Arc<Self>, namespace: &str) {
         self.index.drop_workloads_in(namespace);
+        self.configs.namespace_left(namespace);
         let intake = self.clone();
         let namespace = namespace.to_string();
         tokio::spawn(async move {

@@ -262,6 +262,20 @@ impl<R: WorkloadReader> WaveRunner<R> {
         }
     }
 
+    /// `namespace` moved to another replica: its sequences stop here, their halts stay kept
+    /// for the new owner, and their unwritten changes let go of the acted version (the new
+    /// owner's catch-up starts below them and rolls what is left in waves of its own).
+    pub fn abandon_namespace(&self, namespace: &str) {
+        self.active.retain(|config, active| {
+            let keep = &*config.namespace != namespace;
+            if !keep {
+                active.task.abort();
+                info!(config = %config, "the namespace moved to another replica: its waves stop here");
+            }
+            keep
+        });
+    }
+
     /// A kept halt that no longer holds (the config changed, was released or deleted while
     /// nobody held it) is forgotten.
     pub fn forget(&self, config: &ConfigKey) {
@@ -378,6 +392,11 @@ impl<R: WorkloadReader> Run<R> {
         if let Some(halts) = &self.halts {
             let (hash, resume) = (self.rolled.hash.clone(), self.rolled.resume.clone());
             halts.save(HaltRecord::new(&halt, hash, resume, at));
+            // Kept, the halt is found again by whoever owns the namespace next: its held
+            // changes need not pin the published acted version for as long as it lasts.
+            for item in &mut self.items {
+                item.change.acted = None;
+            }
         }
         let _ = self.notices.send(WaveNotice::Halted(halt.clone()));
         self.wait_for_release(halt).await;
