@@ -67,6 +67,9 @@ struct ConfigEvent<'a> {
     previous: Option<&'a ConfigState>,
     deleted: bool,
     observed_at: Instant,
+    /// Its reloads hold the published acted version below the config's resourceVersion until
+    /// written (see [`Change::pins_acted`]).
+    pins_acted: bool,
 }
 
 impl ConfigEvent<'_> {
@@ -94,6 +97,12 @@ struct Change<'a> {
     observed_at: Instant,
     /// The config's resourceVersion: the change holds the acted version below it until written.
     version: u64,
+    /// False where holding it would not help a successor: a reload the recorded-hash reconcile
+    /// finds again, one a kept halt holds, or one a catch-up rolled only because etcd had
+    /// compacted the history (pinned at a long-unchanged config's resourceVersion, the next
+    /// catch-up would fall back again and roll the same never-reloaded workloads: the chaos
+    /// run of bda1d3a pinned at the population's creation and rolled 5,245 of them).
+    pins_acted: bool,
 }
 
 /// What the watches feed into the engine. Object-safe, so the watch code does not carry the
@@ -283,6 +292,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             previous: previous.as_ref(),
             deleted: false,
             observed_at,
+            pins_acted: true,
         };
         if matches!(phase, Phase::Backfill | Phase::BackfillAfterChange) {
             // Never replaces what the watch delivered with an older snapshot (that would
@@ -397,6 +407,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                             previous: held.before.as_ref(),
                             deleted: false,
                             observed_at: Instant::now(),
+                            pins_acted: true,
                         }),
                     }
                 }
@@ -448,6 +459,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             previous: None,
             deleted: true,
             observed_at: Instant::now(),
+            pins_acted: true,
         })
     }
 
@@ -457,6 +469,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             state,
             deleted,
             observed_at,
+            pins_acted,
             ..
         } = event;
         let span = info_span!(
@@ -507,6 +520,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 reason,
                 observed_at,
                 version: state.resource_version,
+                pins_acted,
             };
             let queued = self.queued_change(&entry, change, &span);
             match waves.as_mut() {
@@ -701,10 +715,10 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 reason,
                 observed_at: Instant::now(),
                 version: state.resource_version,
+                // The kept halt finds these again.
+                pins_acted: false,
             };
-            let mut change = self.queued_change(&entry, change, &span);
-            // The kept halt finds these again; they pin no acted version while held.
-            change.acted = None;
+            let change = self.queued_change(&entry, change, &span);
             items.push(WaveItem {
                 candidate: Candidate {
                     key: entry.key.clone(),
@@ -731,6 +745,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             reason,
             observed_at,
             version,
+            pins_acted,
         } = change;
         let span = info_span!(
             parent: parent,
@@ -757,7 +772,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             },
             observed_at,
             span,
-            acted: Some(self.acted.change_pending(key.kind, version)),
+            acted: pins_acted.then(|| self.acted.change_pending(key.kind, version)),
         }
     }
 
@@ -782,6 +797,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             previous: before,
             deleted: false,
             observed_at: Instant::now(),
+            // Without the state before, the history was compacted: a speculative roll.
+            pins_acted: before.is_some(),
         };
         match self.admitted(&event) {
             true => self.fan_out(event),
@@ -870,13 +887,11 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             reason,
             observed_at: Instant::now(),
             version: state.resource_version,
+            // The workload records a hash: whoever owns it next finds this reload again by the
+            // same comparison.
+            pins_acted: false,
         };
-        let mut queued = self.queued_change(entry, change, &span);
-        // The workload records a hash, so whoever owns it next finds this reload again by the
-        // same comparison: holding the published acted version below the config's (possibly
-        // long unchanged) resourceVersion would only send a successor's catch-up to history
-        // etcd has compacted.
-        queued.acted = None;
+        let queued = self.queued_change(entry, change, &span);
         let item = WaveItem {
             candidate: Candidate {
                 key: entry.key.clone(),

@@ -772,6 +772,24 @@ async fn a_missed_change_rolls_a_workload_that_never_recorded_a_hash_and_only_a_
     );
 }
 
+/// A catch-up that fell back after a compaction rolls speculatively: pinning the published
+/// acted version at the config's (long unchanged) resourceVersion would send the next catch-up
+/// into the same compacted history, and roll the same workloads again.
+#[tokio::test]
+async fn a_roll_from_a_compacted_catch_up_holds_no_acted_version() {
+    let (e, writes, _intake) = auto_deployment_with_intake();
+    assert_eq!(e.config_applied(cfg(), at("v1", 10), Phase::Startup), 0);
+    e.acted.processed(ConfigKind::ConfigMap, 50);
+    assert_eq!(e.missed_change(&cfg(), None), 1, "no state before: rolled");
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(50));
+    // Compared with a known state before, the roll holds it until written.
+    assert_eq!(e.missed_change(&cfg(), Some(&at("v0", 5))), 1);
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(9));
+    settle(&e).await;
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(50));
+    assert!(!writes.0.lock().unwrap().is_empty());
+}
+
 /// A change deferred to a backfill's list is not acted on yet: the acted version stays below
 /// it until the backfill ends and the change is queued (and then until it is written).
 #[tokio::test]
