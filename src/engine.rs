@@ -707,28 +707,41 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             let Some(reason) = self.decide(key, state, &entry) else {
                 continue;
             };
-            let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
-            let change = Change {
-                config: key,
-                hash: Some(state.value_for(&counted)),
-                counted,
-                reason,
-                observed_at: Instant::now(),
-                version: state.resource_version,
-                // The kept halt finds these again.
-                pins_acted: false,
-            };
-            let change = self.queued_change(&entry, change, &span);
-            items.push(WaveItem {
-                candidate: Candidate {
-                    key: entry.key.clone(),
-                    canary: entry.canary,
-                },
-                change,
-                priority: Priority::Live,
-            });
+            // The kept halt finds these again.
+            items.push(self.unpinned_item(&entry, key, state, reason, &span, Priority::Live));
         }
         items
+    }
+
+    /// A reload of `entry` to `state`'s current value that holds no acted version: whoever owns
+    /// the workload next finds it again (by the hash it records, or by a kept halt).
+    fn unpinned_item(
+        &self,
+        entry: &WorkloadEntry,
+        key: &ConfigKey,
+        state: &ConfigState,
+        reason: ReloadReason,
+        span: &Span,
+        priority: Priority,
+    ) -> WaveItem {
+        let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
+        let change = Change {
+            config: key,
+            hash: Some(state.value_for(&counted)),
+            counted,
+            reason,
+            observed_at: Instant::now(),
+            version: state.resource_version,
+            pins_acted: false,
+        };
+        WaveItem {
+            candidate: Candidate {
+                key: entry.key.clone(),
+                canary: entry.canary,
+            },
+            change: self.queued_change(entry, change, span),
+            priority,
+        }
     }
 
     /// The change as the queue takes it, with its `reload` span under `parent`.
@@ -871,7 +884,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         if state.is_current(recorded, &u.reads) || self.halted_now(&key, &state) {
             return None;
         }
-        let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
         let reason = self.decide(&key, &state, entry)?;
         let span = info_span!(
             "config_change",
@@ -880,27 +892,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             config.name = %key.name,
             missed_while_down = true,
         );
-        let change = Change {
-            config: &key,
-            hash: Some(state.value_for(&counted)),
-            counted,
-            reason,
-            observed_at: Instant::now(),
-            version: state.resource_version,
-            // The workload records a hash: whoever owns it next finds this reload again by the
-            // same comparison.
-            pins_acted: false,
-        };
-        let queued = self.queued_change(entry, change, &span);
-        let item = WaveItem {
-            candidate: Candidate {
-                key: entry.key.clone(),
-                canary: entry.canary,
-            },
-            change: queued,
-            // Behind live changes: a start-up must not delay what users change now.
-            priority: Priority::Background,
-        };
+        // Behind live changes: a start-up must not delay what users change now.
+        let item = self.unpinned_item(entry, &key, &state, reason, &span, Priority::Background);
         Some((key, state, item))
     }
 }

@@ -474,33 +474,7 @@ async fn a_halt_survives_a_shard_handover() {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(history.on(&bad).len(), 1, "only the canary rolled");
-    merge_patch(
-        &ns.client,
-        &ns.name,
-        "v1",
-        "ConfigMap",
-        "shared",
-        json!({"metadata": {"annotations": {"kube-reloader.io/resume": "1"}}}),
-    )
-    .await;
-    wait_for(
-        "every held Deployment rolled",
-        Duration::from_secs(60),
-        || async {
-            let on = history.on(&bad).len();
-            (on == N).then_some(()).ok_or(format!("{on}/{N}"))
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for (name, rolled) in history.snapshot() {
-        assert_eq!(
-            rolled.written.len(),
-            1,
-            "{name} rolled {:?}",
-            rolled.written
-        );
-    }
+    resume_rolls_each_held_workload_once(&ns, &history, &bad, N).await;
 }
 
 /// Changes the config to the bad value and waits for the halt's Event on it.
@@ -637,33 +611,7 @@ async fn a_halt_survives_a_restart_and_its_release_rolls_each_held_workload_once
     );
 
     // Released (the annotation `kube-reloader resume` sets): everyone held rolls once.
-    merge_patch(
-        &ns.client,
-        &ns.name,
-        "v1",
-        "ConfigMap",
-        "shared",
-        json!({"metadata": {"annotations": {"kube-reloader.io/resume": "1"}}}),
-    )
-    .await;
-    wait_for(
-        "every held Deployment rolled",
-        Duration::from_secs(60),
-        || async {
-            let on = history.on(&bad).len();
-            (on == N).then_some(()).ok_or(format!("{on}/{N}"))
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for (name, rolled) in history.snapshot() {
-        assert_eq!(
-            rolled.written.len(),
-            1,
-            "{name} rolled {:?}",
-            rolled.written
-        );
-    }
+    resume_rolls_each_held_workload_once(&ns, &history, &bad, N).await;
     let events = events_about(&ns.client, &ns.name, "ConfigMap", "shared").await;
     assert!(
         events.iter().any(|e| e.reason == "ReloadResumed"),
@@ -680,6 +628,43 @@ async fn a_halt_survives_a_restart_and_its_release_rolls_each_held_workload_once
         },
     )
     .await;
+}
+
+/// Releases the halt of `shared` as `kube-reloader resume` does (its annotation): each of the
+/// `n` Deployments ends on `bad`, each rolled exactly once.
+async fn resume_rolls_each_held_workload_once(
+    ns: &TestNamespace,
+    history: &History,
+    bad: &str,
+    n: usize,
+) {
+    merge_patch(
+        &ns.client,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "shared",
+        json!({"metadata": {"annotations": {"kube-reloader.io/resume": "1"}}}),
+    )
+    .await;
+    wait_for(
+        "every held Deployment rolled",
+        Duration::from_secs(60),
+        || async {
+            let on = history.on(bad).len();
+            (on == n).then_some(()).ok_or(format!("{on}/{n}"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (name, rolled) in history.snapshot() {
+        assert_eq!(
+            rolled.written.len(),
+            1,
+            "{name} rolled {:?}",
+            rolled.written
+        );
+    }
 }
 
 /// The halt of the `shared` ConfigMap kept in the namespace's kube-reloader-halts, if any.
