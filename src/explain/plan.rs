@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
@@ -49,7 +50,8 @@ pub async fn plan(
     namespace: &str,
 ) -> Result<Plan, GatherError> {
     let facts = gather::cluster(client, settings, Some(namespace)).await?;
-    let tenant = tenant_of(client, settings, namespace).await;
+    let meta = namespace_meta(client, namespace).await;
+    let tenant = tenant_of(settings, namespace, &meta);
     let mut workloads = Vec::new();
     for workload_kind in WorkloadKind::ALL {
         for object in gather::workloads(client, workload_kind, Some(namespace)).await? {
@@ -60,7 +62,7 @@ pub async fn plan(
         }
     }
     let own = config_policy(client, kind, name, namespace).await?;
-    let of_namespace = namespace_policy(client, namespace).await?;
+    let of_namespace = namespace_policy(namespace, &meta)?;
     let policy =
         crate::waves::policy::resolve(settings.waves.as_ref(), of_namespace.as_ref(), own.as_ref());
     Ok(assemble(kind, name, namespace, workloads, policy))
@@ -98,46 +100,35 @@ fn planned(
     })
 }
 
-/// The namespace's tenant: its `--tenant-label` value, else the namespace (as the queue groups).
-async fn tenant_of(client: &Client, settings: &Settings, namespace: &str) -> String {
+/// The namespace's metadata, read once for its tenant and its policy (unreadable: none).
+async fn namespace_meta(client: &Client, namespace: &str) -> ObjectMeta {
     use k8s_openapi::api::core::v1::Namespace;
-    let Some(label) = &settings.tenant_label else {
-        return namespace.to_string();
-    };
     let api: Api<Namespace> = Api::all(client.clone());
-    let labels = api
-        .get_opt(namespace)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|n| n.metadata.labels);
-    labels
-        .and_then(|l| l.get(label).cloned())
+    let found = api.get_opt(namespace).await.ok().flatten();
+    found.map(|n| n.metadata).unwrap_or_default()
+}
+
+/// The namespace's tenant: its `--tenant-label` value, else the namespace (as the queue groups).
+fn tenant_of(settings: &Settings, namespace: &str, meta: &ObjectMeta) -> String {
+    settings
+        .tenant_label
+        .as_ref()
+        .and_then(|label| meta.labels.as_ref()?.get(label).cloned())
         .unwrap_or_else(|| namespace.to_string())
 }
 
-/// The namespace's `kube-reloader.io/waves` (unreadable namespaces have none).
-async fn namespace_policy(
-    client: &Client,
-    namespace: &str,
-) -> Result<Option<PolicyText>, GatherError> {
-    use k8s_openapi::api::core::v1::Namespace;
-    let api: Api<Namespace> = Api::all(client.clone());
-    let annotations = api
-        .get_opt(namespace)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|n| n.metadata.annotations);
-    annotations
+/// The namespace's `kube-reloader.io/waves` (a malformed one is an error here: the user asked).
+fn namespace_policy(namespace: &str, meta: &ObjectMeta) -> Result<Option<PolicyText>, GatherError> {
+    let raw = meta
+        .annotations
         .as_ref()
-        .and_then(|a| a.get(WAVES_ANNOTATION))
-        .map(|raw| {
-            PolicyText::parse(raw).map_err(|e| {
-                GatherError::Invalid(format!("namespace {namespace}: {WAVES_ANNOTATION}: {e}"))
-            })
+        .and_then(|a| a.get(WAVES_ANNOTATION));
+    raw.map(|raw| {
+        PolicyText::parse(raw).map_err(|e| {
+            GatherError::Invalid(format!("namespace {namespace}: {WAVES_ANNOTATION}: {e}"))
         })
-        .transpose()
+    })
+    .transpose()
 }
 
 /// The config's own `kube-reloader.io/waves` (a malformed one is an error here: the user asked).
