@@ -98,10 +98,7 @@ struct Change<'a> {
     /// The config's resourceVersion: the change holds the acted version below it until written.
     version: u64,
     /// False where holding it would not help a successor: a reload the recorded-hash reconcile
-    /// finds again, one a kept halt holds, or one a catch-up rolled only because etcd had
-    /// compacted the history (pinned at a long-unchanged config's resourceVersion, the next
-    /// catch-up would fall back again and roll the same never-reloaded workloads: the chaos
-    /// run of bda1d3a pinned at the population's creation and rolled 5,245 of them).
+    /// finds again, or one a kept halt holds.
     pins_acted: bool,
 }
 
@@ -810,8 +807,9 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             previous: before,
             deleted: false,
             observed_at: Instant::now(),
-            // Without the state before, the history was compacted: a speculative roll.
-            pins_acted: before.is_some(),
+            // A roll after a compaction holds it too: its namespace may move before it is
+            // written, and the next owner must then fall back to the same configs.
+            pins_acted: true,
         };
         match self.admitted(&event) {
             true => self.fan_out(event),

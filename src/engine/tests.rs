@@ -772,22 +772,19 @@ async fn a_missed_change_rolls_a_workload_that_never_recorded_a_hash_and_only_a_
     );
 }
 
-/// A catch-up that fell back after a compaction rolls speculatively: pinning the published
-/// acted version at the config's (long unchanged) resourceVersion would send the next catch-up
-/// into the same compacted history, and roll the same workloads again.
+/// A catch-up that fell back after a compaction rolls as a compared one does: the roll holds
+/// the published acted version until written, so that if its namespace moves first, the next
+/// owner falls back to the same configs (chaos-medium-3r-ca25c71 missed 3 reloads without it).
 #[tokio::test]
-async fn a_roll_from_a_compacted_catch_up_holds_no_acted_version() {
+async fn a_roll_from_a_compacted_catch_up_holds_the_acted_version_until_written() {
     let (e, writes, _intake) = auto_deployment_with_intake();
     assert_eq!(e.config_applied(cfg(), at("v1", 10), Phase::Startup), 0);
     e.acted.processed(ConfigKind::ConfigMap, 50);
     assert_eq!(e.missed_change(&cfg(), None), 1, "no state before: rolled");
-    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(50));
-    // Compared with a known state before, the roll holds it until written.
-    assert_eq!(e.missed_change(&cfg(), Some(&at("v0", 5))), 1);
     assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(9));
     settle(&e).await;
     assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(50));
-    assert!(!writes.0.lock().unwrap().is_empty());
+    assert_eq!(writes.0.lock().unwrap().len(), 1);
 }
 
 /// A change deferred to a backfill's list is not acted on yet: the acted version stays below

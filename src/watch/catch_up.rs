@@ -8,13 +8,16 @@
 //! (its Lease, `kube-reloader.io/acted-versions`), with `resourceVersionMatch=Exact`, and every
 //! config whose indexed state differs is acted on as a change. Configs created in the gap are
 //! not changes (they were not in that list). When etcd has compacted that history (410), the
-//! configs whose resourceVersion is newer than the version are taken as changed: a config
-//! created in the gap, or touched only in its metadata, may then roll its never-reloaded
-//! workloads once, which beats losing a reload (warning and metric).
+//! configs are listed as they are now, and those written after their creation (their managed
+//! fields say when: the API server stamps each writer's entry) at a resourceVersion newer than
+//! the version are taken as changed. A config created in the gap and never written again is
+//! not a change (unless `--reload-on-create`); one touched only in its metadata in the gap may
+//! roll its never-reloaded workloads once, which beats losing a reload (warning and metric).
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, VersionMatch};
 use tracing::{info, warn};
@@ -104,7 +107,7 @@ impl WatchContext {
                 (CatchUpResult::Compared, queued, changed.len())
             }
             Err(kube::Error::Api(status)) if status.code == 410 => {
-                let newer = self.newer_than(K::KIND, wanted, version);
+                let newer = self.written_since::<K>(target, wanted, version).await;
                 warn!(%target, kind = K::KIND.as_str(), version, configs = newer.len(),
                     "the history to catch up from is compacted: every config changed since \
                      counts as changed (a config created meanwhile may roll workloads never \
@@ -148,6 +151,68 @@ impl WatchContext {
             .collect()
     }
 
+    /// Configs of `target` written after their creation at a resourceVersion newer than
+    /// `version` (any newer one with `--reload-on-create`), as listed now. If that list fails
+    /// too, every indexed config newer than `version`: a spurious roll beats a lost one.
+    async fn written_since<K>(
+        &self,
+        target: &ListTarget,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+        version: u64,
+    ) -> Vec<ConfigKey>
+    where
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        let api = self.config_api::<K>(target);
+        let params = self.config_list_params(K::KIND, ListParams::default());
+        let mut written = Vec::new();
+        let mut pages = Pages::new(&api, params, target.shard_selector());
+        while let Some(page) = pages.next().await {
+            let page = match page {
+                Ok(page) => page,
+                Err(error) => {
+                    warn!(%target, kind = K::KIND.as_str(), %error,
+                        "listing configs after a compacted catch-up failed: every config newer \
+                         than the version counts as changed");
+                    return self.newer_than(K::KIND, wanted, version);
+                }
+            };
+            let keys = page.iter().filter_map(|obj| {
+                let namespace = obj.namespace().filter(|ns| wanted(ns))?;
+                let meta = obj.meta();
+                let changed = crate::index::resource_version(meta) > version
+                    && (self.settings.reload_on_create || written_since_creation(meta));
+                changed.then(|| ConfigKey::interned(K::KIND, &namespace, &obj.name_any()))
+            });
+            written.extend(keys);
+        }
+        written
+    }
+
+    fn config_api<K>(&self, target: &ListTarget) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match target.namespace() {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// `params` with the page size and the config selectors of `kind`.
+    fn config_list_params(&self, kind: ConfigKind, params: ListParams) -> ListParams {
+        let mut params = params.limit(CONFIG_PAGE_SIZE);
+        if let Some(selector) = &self.settings.resource_label_selector {
+            params = params.labels(selector);
+        }
+        if let Some(fields) = self.settings.config_field_selector(kind) {
+            params = params.fields(&fields);
+        }
+        params
+    }
+
     /// Configs of `kind` the index holds at a resourceVersion newer than `version`.
     fn newer_than(
         &self,
@@ -178,20 +243,11 @@ impl WatchContext {
         K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
-        let api: Api<K> = match target.namespace() {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
-        let mut params = ListParams::default()
+        let api = self.config_api::<K>(target);
+        let at = ListParams::default()
             .at(&version.to_string())
-            .matching(VersionMatch::Exact)
-            .limit(CONFIG_PAGE_SIZE);
-        if let Some(selector) = &self.settings.resource_label_selector {
-            params = params.labels(selector);
-        }
-        if let Some(fields) = self.settings.config_field_selector(K::KIND) {
-            params = params.fields(&fields);
-        }
+            .matching(VersionMatch::Exact);
+        let params = self.config_list_params(K::KIND, at);
         let mut backoff = RETRY_BASE;
         let mut attempt = 1;
         loop {
@@ -241,5 +297,65 @@ impl WatchContext {
             }
         }
         Ok(before)
+    }
+}
+
+/// Whether the object was written after its creation, as its managed fields tell: the API
+/// server stamps each writer's entry with the time of its last change (to the second, so a
+/// write in the second of the creation is not seen). Without them it cannot tell: written.
+fn written_since_creation(meta: &ObjectMeta) -> bool {
+    let (Some(created), Some(fields)) = (&meta.creation_timestamp, &meta.managed_fields) else {
+        return true;
+    };
+    fields.is_empty()
+        || fields
+            .iter()
+            .any(|f| f.time.as_ref().is_none_or(|t| t.0 > created.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    use super::*;
+
+    fn meta(created: i64, written: &[Option<i64>]) -> ObjectMeta {
+        let time = |s: i64| Time(jiff::Timestamp::from_second(s).unwrap());
+        ObjectMeta {
+            creation_timestamp: Some(time(created)),
+            managed_fields: Some(
+                written
+                    .iter()
+                    .map(|t| ManagedFieldsEntry {
+                        time: t.map(time),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_config_only_created_was_not_written_since() {
+        assert!(!written_since_creation(&meta(100, &[Some(100)])));
+        assert!(!written_since_creation(&meta(100, &[Some(100), Some(100)])));
+    }
+
+    #[test]
+    fn a_later_stamp_of_any_writer_is_a_write_since_creation() {
+        assert!(written_since_creation(&meta(100, &[Some(100), Some(130)])));
+        assert!(written_since_creation(&meta(100, &[Some(101)])));
+    }
+
+    #[test]
+    fn without_managed_fields_or_their_time_a_config_counts_as_written() {
+        assert!(written_since_creation(&meta(100, &[])));
+        assert!(written_since_creation(&meta(100, &[None])));
+        let bare = ObjectMeta {
+            creation_timestamp: meta(100, &[]).creation_timestamp,
+            ..Default::default()
+        };
+        assert!(written_since_creation(&bare));
     }
 }
