@@ -37,9 +37,10 @@ READY_TIMEOUT=${KUBE_RELOADER_READY_TIMEOUT:-90} # seconds, for the whole start-
 
 # Order matters: started in this order, stopped in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager)
-# Started only by `gateless`, stopped with the rest.
-EXTRA_COMPONENTS=(kube-apiserver-gateless)
+# Started only by `gateless` and `fresh`, stopped with the rest.
+EXTRA_COMPONENTS=(kube-apiserver-gateless kube-apiserver-fresh)
 GATELESS_KUBECONFIG=$STATE/gateless.kubeconfig
+FRESH_KUBECONFIG=$STATE/fresh.kubeconfig
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -63,8 +64,9 @@ alive() {
     [[ ${argv0##*/} == "$(binary_of "$1")" ]]
 }
 
-# binary_of NAME: the binary a component runs (the gateless apiserver is a kube-apiserver).
-binary_of() { echo "${1%-gateless}"; }
+# binary_of NAME: the binary a component runs (the gateless and fresh apiservers are
+# kube-apiservers).
+binary_of() { case $1 in kube-apiserver-*) echo kube-apiserver ;; *) echo "$1" ;; esac; }
 
 # launch NAME ARGS...: start $BIN/NAME detached, logging to logs/NAME.log.
 # The tiny bash wrapper records its own pid and then execs the binary, so the
@@ -531,6 +533,43 @@ cmd_gateless() {
     echo "$GATELESS_KUBECONFIG"
 }
 
+# A kube-apiserver on the same etcd whose watch cache starts now: a list at a resourceVersion
+# older than its start is served by etcd, so after a compaction it is a 410 (the main server's
+# cache may still serve it from a snapshot). Started anew on every call; `fresh-stop` stops it.
+cmd_fresh() {
+    cmd_up >/dev/null
+    take_lock
+    # shellcheck disable=SC1091
+    . "$STATE/ports.env"
+    stop_one kube-apiserver-fresh
+    local port
+    port=$(free_ports 1)
+    log "starting a kube-apiserver with a fresh watch cache on https://127.0.0.1:$port (same etcd)"
+    write_kubeconfig "$FRESH_KUBECONFIG" kube-reloader-admin admin "$port"
+    SECONDS=0
+    DEADLINE=$READY_TIMEOUT
+    launch_apiserver kube-apiserver-fresh "$ETCD_CLIENT_PORT" "$port" "$APISERVER_FEATURE_GATES"
+    wait_for kube-apiserver-fresh "/readyz on port $port" fresh_ready
+    log "fresh kube-apiserver ready after ${SECONDS}s"
+    echo "$FRESH_KUBECONFIG"
+}
+
+fresh_ready() {
+    [[ "$("$KUBECTL" --kubeconfig="$FRESH_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]
+}
+
+# stop_one NAME: TERM, then KILL after 10 s.
+stop_one() {
+    local i
+    alive "$1" || return 0
+    kill -TERM "$(pid_of "$1")" 2>/dev/null || true
+    for i in $(seq 50); do
+        alive "$1" || return 0
+        sleep 0.2
+    done
+    kill -KILL "$(pid_of "$1")" 2>/dev/null || true
+}
+
 gateless_ready() {
     [[ "$("$KUBECTL" --kubeconfig="$GATELESS_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]
 }
@@ -547,8 +586,10 @@ down) cmd_down ;;
 status) cmd_status ;;
 env) cmd_env ;;
 gateless) cmd_gateless ;;
+fresh) cmd_fresh ;;
+fresh-stop) take_lock && stop_one kube-apiserver-fresh ;;
 *)
-    echo "usage: $0 up|down|kubeconfig|status|env|gateless" >&2
+    echo "usage: $0 up|down|kubeconfig|status|env|gateless|fresh|fresh-stop" >&2
     exit 2
     ;;
 esac

@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use common::objects::*;
-use common::{Controller, client, wait_for};
+use common::{Controller, FreshApiserver, client, compact_etcd, metric_in, wait_for};
 use kube_reloader::shard::Assignment;
 
 /// The scenarios run one at a time: each starts several controllers, and on a 2-core CI machine
@@ -630,6 +630,86 @@ async fn a_restarted_replica_catches_up_changes_made_while_it_was_down() {
         )
         .await;
     rollouts.assert_no_duplicate().await;
+}
+
+/// The same restart, with etcd compacted while the replica was down: the list at the version it
+/// had acted up to is a 410, so it rolls the configs written since (all eight `cfg`), and not a
+/// config that was only created meanwhile: before the managed-fields check, the Deployment using
+/// it was rolled although its config never changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_compaction_a_restarted_replica_rolls_what_was_written_and_not_what_was_created() {
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::new("shard-compact", 9).await;
+    workloads(&fleet, 8).await;
+    let rollouts = Rollouts::record(&fleet);
+    let flags = ["--reload-strategy=annotations"];
+    let r0 = fleet.replica("r0", &flags).await;
+    fleet.wait_members(&["r0"], Duration::from_secs(60)).await;
+    wait_owned(&[&r0], 9, Duration::from_secs(60)).await;
+    let first = &fleet.namespaces[..1];
+    let h1 = change_all(&fleet, first, "1").await;
+    rollouts
+        .wait_rolled_to(
+            "the first workload reloaded",
+            first,
+            &h1,
+            Duration::from_secs(60),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    r0.crash();
+    let eight = &fleet.namespaces[..8];
+    let h2 = change_all(&fleet, eight, "2").await;
+    let created = &fleet.namespaces[8];
+    create(
+        &fleet.client,
+        created,
+        configmap("cfg", json!({"v": "new"})),
+    )
+    .await;
+    let mut d = deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        pod_spec(env_from_configmap("cfg"), json!([])),
+    );
+    d["metadata"]["labels"] = json!({"kr-shard-run": fleet.run});
+    create(&fleet.client, created, d).await;
+    compact_etcd().await;
+    // The shared server's watch cache could still serve the old version from a snapshot.
+    let fresh = FreshApiserver::start();
+    let kubeconfig = fresh.kubeconfig.to_str().expect("a UTF-8 path");
+    let r0 = fleet
+        .replica_with_env("r0", &flags, &[("KUBECONFIG", kubeconfig)])
+        .await;
+    rollouts
+        .wait_rolled_to("every changed workload reloaded", eight, &h2, FAILOVER)
+        .await;
+    let compacted = wait_for(
+        "the catch-up fell back",
+        Duration::from_secs(10),
+        || async {
+            let text = r0.metrics().await;
+            metric_in(
+                &text,
+                r#"kube_reloader_catch_ups_total{result="compacted"}"#,
+            )
+            .filter(|n| *n > 0.0)
+            .ok_or(
+                text.lines()
+                    .filter(|l| l.contains("catch_ups"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            )
+        },
+    )
+    .await;
+    assert!(compacted > 0.0);
+    rollouts.assert_no_duplicate().await;
+    assert_eq!(
+        rollouts.snapshot().get(created),
+        None,
+        "a workload whose config was only created in the gap was rolled"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,6 +38,29 @@ pub fn gateless_kubeconfig_path() -> PathBuf {
     cluster_sh("gateless", "the gateless kube-apiserver did not start")
 }
 
+/// A kube-apiserver on the test control plane's etcd whose watch cache starts now (so a list at
+/// an older resourceVersion goes to etcd: after [`compact_etcd`], a 410). Stopped on drop.
+pub struct FreshApiserver {
+    pub kubeconfig: PathBuf,
+}
+
+impl FreshApiserver {
+    pub fn start() -> Self {
+        kubeconfig_path();
+        let kubeconfig = cluster_sh("fresh", "the fresh kube-apiserver did not start");
+        Self { kubeconfig }
+    }
+}
+
+impl Drop for FreshApiserver {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo_root().join("hack/cluster.sh"))
+            .arg("fresh-stop")
+            .status();
+    }
+}
+
 /// Runs `hack/cluster.sh <command>` and returns the path its last stdout line names; panics
 /// with `failure` if it fails (its progress goes to stderr, shown above).
 fn cluster_sh(command: &str, failure: &str) -> PathBuf {
@@ -340,6 +363,12 @@ pub fn metric_in(text: &str, series: &str) -> Option<f64> {
 }
 
 pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
+    http_request("GET", url, "").await
+}
+
+/// An HTTP/1.0 request on loopback (no client crate for the few plain-HTTP endpoints the tests
+/// reach: metrics, health, etcd's gateway); the status and the body.
+pub async fn http_request(method: &str, url: &str, body: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").expect("http url");
     let (host, path) = rest
@@ -347,9 +376,13 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
         .map(|(h, p)| (h, format!("/{p}")))
         .unwrap_or((rest, "/".into()));
     let mut stream = tokio::net::TcpStream::connect(host).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await?;
+    let head = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf).await?;
     let text = String::from_utf8_lossy(&buf).to_string();
@@ -363,6 +396,37 @@ pub async fn http_get(url: &str) -> std::io::Result<(u16, String)> {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Ok((code, body))
+}
+
+/// Compacts the test control plane's etcd up to its current revision (through etcd's HTTP
+/// gateway, on the port `hack/cluster.sh` wrote next to the kubeconfig): a list or watch at an
+/// older resourceVersion is then answered 410. Returns the revision.
+pub async fn compact_etcd() -> u64 {
+    let ports = kubeconfig_path().with_file_name("ports.env");
+    let text = std::fs::read_to_string(&ports)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", ports.display()));
+    let port = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_CLIENT_PORT="))
+        .unwrap_or_else(|| panic!("no ETCD_CLIENT_PORT in {}", ports.display()))
+        .trim()
+        .to_string();
+    let etcd = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let (code, range) = http_request("POST", &etcd("/v3/kv/range"), r#"{"key":"AA==","limit":1}"#)
+        .await
+        .expect("etcd's gateway answers");
+    assert_eq!(code, 200, "etcd range: {range}");
+    let header: serde_json::Value = serde_json::from_str(&range).expect("etcd's answer is JSON");
+    let revision: u64 = header["header"]["revision"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no revision in etcd's answer: {range}"));
+    let body = format!(r#"{{"revision":"{revision}","physical":true}}"#);
+    let (code, answer) = http_request("POST", &etcd("/v3/kv/compaction"), &body)
+        .await
+        .expect("etcd's gateway answers");
+    assert_eq!(code, 200, "etcd compaction: {answer}");
+    revision
 }
 pub mod crds;
 pub mod fault_proxy;
