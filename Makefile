@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-run manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -121,6 +121,11 @@ CHAOS_BUILD ?= release
 chaos:
 	@cargo build --release --locked -p kube-reloader -p kube-reloader-loadtest >&2
 	@$(MAKE) --no-print-directory chaos-run
+
+## One markdown table over chaos result files (loadtest/README.md, "Chaos").
+chaos-summary:
+	@cargo build -q --locked -p kube-reloader-loadtest --bin kube-reloader-chaos-summary
+	@$(CARGO_TARGET_DIR)/debug/kube-reloader-chaos-summary $(RESULTS)
 
 chaos-small:
 	@$(MAKE) --no-print-directory chaos CHAOS_SCALE=small CHAOS_DURATION=3m

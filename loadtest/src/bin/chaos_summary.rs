@@ -1,0 +1,239 @@
+//! A chaos campaign in one table: reads the result files (`.json`) of several `chaos` runs (one
+//! per seed, `make chaos SEEDS="..."`) and writes markdown: each run's verdict and reload
+//! latency, then per fault kind across the runs, how many were carried out, the reload latency
+//! of the namespaces each fault did not touch while it lasted, and the longest takeover.
+//!
+//! ```sh
+//! $CARGO_TARGET_DIR/release/kube-reloader-chaos-summary loadtest/results/chaos-medium-3r*-<commit>.json
+//! ```
+//!
+//! Per run, a kind's figures are pooled over its faults by the run itself (`impact_by_kind`);
+//! across runs the table gives the median of the runs' p50 and the worst of their p99, and the
+//! reloads they count.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use serde_json::Value;
+
+#[derive(Parser)]
+#[command(about = "Summarizes the result files of chaos runs as markdown")]
+struct Args {
+    /// Result files of `--scenario chaos` runs (`.json`).
+    #[arg(required = true)]
+    results: Vec<PathBuf>,
+}
+
+/// One run's verdict.
+#[derive(Debug, Clone, PartialEq)]
+struct Run {
+    name: String,
+    seed: Option<u64>,
+    missed: u64,
+    duplicate: u64,
+    stale: u64,
+    unexpected: u64,
+    reloads: u64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    faults: u64,
+    faults_failed: u64,
+}
+
+impl Run {
+    fn clean(&self) -> bool {
+        self.missed + self.duplicate + self.stale + self.unexpected == 0 && self.faults_failed == 0
+    }
+}
+
+/// One fault kind in one run.
+#[derive(Debug, Clone, PartialEq)]
+struct KindImpact {
+    faults: u64,
+    takeover_max_s: Option<f64>,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    reloads: u64,
+}
+
+fn run_of(name: &str, report: &Value) -> Run {
+    let chaos = &report["notes"]["chaos"];
+    let correctness = &report["correctness"];
+    let count = |v: &Value| v.as_u64().unwrap_or(0);
+    let failed = match &chaos["faults_failed"] {
+        Value::Array(a) => a.len() as u64,
+        other => count(other),
+    };
+    Run {
+        name: name.to_string(),
+        seed: report["run"]["seed"].as_u64(),
+        missed: count(&correctness["missing"]),
+        duplicate: count(&correctness["duplicates"]),
+        stale: count(&correctness["stale"]),
+        unexpected: count(&correctness["unexpected"]),
+        reloads: count(&correctness["reloaded"]),
+        p50_ms: report["latency_ms"]["p50_ms"].as_f64(),
+        p99_ms: report["latency_ms"]["p99_ms"].as_f64(),
+        faults: chaos["fault_log"].as_array().map_or(0, |a| a.len() as u64),
+        faults_failed: failed,
+    }
+}
+
+fn kinds_of(report: &Value) -> BTreeMap<String, KindImpact> {
+    let Some(kinds) = report["notes"]["chaos"]["impact_by_kind"].as_object() else {
+        return BTreeMap::new();
+    };
+    kinds
+        .iter()
+        .map(|(kind, v)| {
+            let impact = KindImpact {
+                faults: v["faults"].as_u64().unwrap_or(0),
+                takeover_max_s: v["takeover_max_s"].as_f64(),
+                p50_ms: v["untouched_p50_ms"].as_f64(),
+                p99_ms: v["untouched_p99_ms"].as_f64(),
+                reloads: v["untouched_reloads"].as_u64().unwrap_or(0),
+            };
+            (kind.clone(), impact)
+        })
+        .collect()
+}
+
+/// A kind across the runs: faults and reloads summed, the median of the p50s, the worst p99
+/// and takeover.
+fn across(runs: &[&KindImpact]) -> KindImpact {
+    let mut p50s: Vec<f64> = runs.iter().filter_map(|k| k.p50_ms).collect();
+    p50s.sort_by(f64::total_cmp);
+    let worst =
+        |f: fn(&KindImpact) -> Option<f64>| runs.iter().filter_map(|k| f(k)).reduce(f64::max);
+    KindImpact {
+        faults: runs.iter().map(|k| k.faults).sum(),
+        takeover_max_s: worst(|k| k.takeover_max_s),
+        p50_ms: (!p50s.is_empty()).then(|| p50s[p50s.len() / 2]),
+        p99_ms: worst(|k| k.p99_ms),
+        reloads: runs.iter().map(|k| k.reloads).sum(),
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0} ms"))
+}
+
+fn markdown(runs: &[Run], kinds: &[BTreeMap<String, KindImpact>]) -> String {
+    let clean = runs.iter().filter(|r| r.clean()).count();
+    let mut out = format!(
+        "{clean} of {} runs clean (0 missed, duplicate, stale, unexpected; every fault carried out)\n\n",
+        runs.len()
+    );
+    out += "| run | seed | missed | duplicate | stale | unexpected | faults (failed) | reloads | p50 | p99 |\n";
+    out += "|---|---|---|---|---|---|---|---|---|---|\n";
+    for r in runs {
+        let seed = r.seed.map_or("-".into(), |s| s.to_string());
+        out += &format!(
+            "| {} | {seed} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |\n",
+            r.name,
+            r.missed,
+            r.duplicate,
+            r.stale,
+            r.unexpected,
+            r.faults,
+            r.faults_failed,
+            r.reloads,
+            ms(r.p50_ms),
+            ms(r.p99_ms)
+        );
+    }
+    out += "\nPer fault kind, reloads of the namespaces the fault did not touch while it lasted \
+            (median of the runs' p50, worst p99), and the longest takeover:\n\n";
+    out += "| fault | carried out | untouched reloads | p50 | p99 | longest takeover |\n";
+    out += "|---|---|---|---|---|---|\n";
+    let names: std::collections::BTreeSet<&String> = kinds.iter().flat_map(|k| k.keys()).collect();
+    for name in names {
+        let per_run: Vec<&KindImpact> = kinds.iter().filter_map(|k| k.get(name)).collect();
+        let k = across(&per_run);
+        let takeover = k.takeover_max_s.map_or("-".into(), |s| format!("{s:.2} s"));
+        out += &format!(
+            "| {name} | {} | {} | {} | {} | {takeover} |\n",
+            k.faults,
+            k.reloads,
+            ms(k.p50_ms),
+            ms(k.p99_ms)
+        );
+    }
+    out
+}
+
+fn read(path: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut runs = Vec::new();
+    let mut kinds = Vec::new();
+    for path in &args.results {
+        let report = read(path)?;
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
+        runs.push(run_of(name, &report));
+        kinds.push(kinds_of(&report));
+    }
+    print!("{}", markdown(&runs, &kinds));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn report(missed: u64, p99: f64, takeover: Option<f64>) -> Value {
+        json!({
+            "run": {"seed": 25},
+            "correctness": {"missing": missed, "duplicates": 0, "stale": 0, "unexpected": 0,
+                            "reloaded": 100},
+            "latency_ms": {"p50_ms": 300.0, "p99_ms": 900.0},
+            "notes": {"chaos": {
+                "fault_log": [{}, {}],
+                "faults_failed": [],
+                "impact_by_kind": {"kill": {"faults": 2, "takeover_max_s": takeover,
+                    "untouched_p50_ms": 100.0, "untouched_p99_ms": p99, "untouched_reloads": 40}}
+            }}
+        })
+    }
+
+    #[test]
+    fn a_run_with_a_missed_reload_is_not_clean() {
+        assert!(run_of("a", &report(0, 1.0, None)).clean());
+        assert!(!run_of("b", &report(1, 1.0, None)).clean());
+    }
+
+    #[test]
+    fn across_runs_faults_add_up_and_the_worst_p99_and_takeover_count() {
+        let a = kinds_of(&report(0, 500.0, Some(0.2)));
+        let b = kinds_of(&report(0, 2000.0, None));
+        let k = across(&[&a["kill"], &b["kill"]]);
+        assert_eq!(k.faults, 4);
+        assert_eq!(k.reloads, 80);
+        assert_eq!(k.p99_ms, Some(2000.0));
+        assert_eq!(k.takeover_max_s, Some(0.2));
+        assert_eq!(k.p50_ms, Some(100.0));
+    }
+
+    #[test]
+    fn the_table_says_how_many_runs_were_clean() {
+        let runs = [
+            run_of("a", &report(0, 1.0, None)),
+            run_of("b", &report(2, 1.0, None)),
+        ];
+        let text = markdown(&runs, &[]);
+        assert!(text.starts_with("1 of 2 runs clean"), "{text}");
+        assert!(
+            text.contains("| b | 25 | 2 | 0 | 0 | 0 | 2 (0) | 100 | 300 ms | 900 ms |"),
+            "{text}"
+        );
+    }
+}
