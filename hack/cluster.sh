@@ -511,24 +511,12 @@ cmd_status() {
 cmd_gateless() {
     cmd_up >/dev/null
     take_lock
-    # shellcheck disable=SC1091
-    . "$STATE/ports.env"
-    local ready=0
     if alive kube-apiserver-gateless && [[ -f $GATELESS_KUBECONFIG ]] &&
-        [[ "$("$KUBECTL" --kubeconfig="$GATELESS_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]; then
+        ready_at "$GATELESS_KUBECONFIG"; then
         log "reusing the gateless kube-apiserver"
-        ready=1
-    fi
-    if ((!ready)); then
-        local port
-        port=$(free_ports 1)
-        log "starting a gateless kube-apiserver on https://127.0.0.1:$port (same etcd)"
-        write_kubeconfig "$GATELESS_KUBECONFIG" kube-reloader-admin admin "$port"
-        SECONDS=0
-        DEADLINE=$READY_TIMEOUT
-        launch_apiserver kube-apiserver-gateless "$ETCD_CLIENT_PORT" "$port" "ShardedListAndWatch=false"
-        wait_for kube-apiserver-gateless "/readyz on port $port" gateless_ready
-        log "gateless kube-apiserver ready after ${SECONDS}s"
+    else
+        start_extra_apiserver kube-apiserver-gateless "$GATELESS_KUBECONFIG" \
+            "ShardedListAndWatch=false" "gateless"
     fi
     echo "$GATELESS_KUBECONFIG"
 }
@@ -539,23 +527,30 @@ cmd_gateless() {
 cmd_fresh() {
     cmd_up >/dev/null
     take_lock
-    # shellcheck disable=SC1091
-    . "$STATE/ports.env"
     stop_one kube-apiserver-fresh
-    local port
-    port=$(free_ports 1)
-    log "starting a kube-apiserver with a fresh watch cache on https://127.0.0.1:$port (same etcd)"
-    write_kubeconfig "$FRESH_KUBECONFIG" kube-reloader-admin admin "$port"
-    SECONDS=0
-    DEADLINE=$READY_TIMEOUT
-    launch_apiserver kube-apiserver-fresh "$ETCD_CLIENT_PORT" "$port" "$APISERVER_FEATURE_GATES"
-    wait_for kube-apiserver-fresh "/readyz on port $port" fresh_ready
-    log "fresh kube-apiserver ready after ${SECONDS}s"
+    start_extra_apiserver kube-apiserver-fresh "$FRESH_KUBECONFIG" "$APISERVER_FEATURE_GATES" \
+        "fresh-cache"
     echo "$FRESH_KUBECONFIG"
 }
 
-fresh_ready() {
-    [[ "$("$KUBECTL" --kubeconfig="$FRESH_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]
+# start_extra_apiserver NAME KUBECONFIG GATES WHAT: a second kube-apiserver on the control
+# plane's etcd, on a free port, reached through KUBECONFIG; waits until it is ready.
+start_extra_apiserver() {
+    local name=$1 kubeconfig=$2 gates=$3 what=$4 port
+    # shellcheck disable=SC1091
+    . "$STATE/ports.env"
+    port=$(free_ports 1)
+    log "starting a $what kube-apiserver on https://127.0.0.1:$port (same etcd)"
+    write_kubeconfig "$kubeconfig" kube-reloader-admin admin "$port"
+    SECONDS=0
+    DEADLINE=$READY_TIMEOUT
+    launch_apiserver "$name" "$ETCD_CLIENT_PORT" "$port" "$gates"
+    wait_for "$name" "/readyz on port $port" ready_at "$kubeconfig"
+    log "$what kube-apiserver ready after ${SECONDS}s"
+}
+
+ready_at() {
+    [[ "$("$KUBECTL" --kubeconfig="$1" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]
 }
 
 # stop_one NAME: TERM, then KILL after 10 s.
@@ -568,10 +563,6 @@ stop_one() {
         sleep 0.2
     done
     kill -KILL "$(pid_of "$1")" 2>/dev/null || true
-}
-
-gateless_ready() {
-    [[ "$("$KUBECTL" --kubeconfig="$GATELESS_KUBECONFIG" --request-timeout=5s get --raw=/readyz 2>/dev/null)" == ok ]]
 }
 
 cmd_env() {

@@ -385,17 +385,20 @@ async fn namespaces_split_evenly_a_new_replica_takes_a_quarter_and_leader_loss_d
 /// when `annotations`), labelled so one watch sees them all.
 async fn workloads(fleet: &Fleet, n: usize) {
     futures::stream::iter(fleet.namespaces.iter().take(n).cloned())
-        .for_each_concurrent(16, |ns| async move {
-            create(&fleet.client, &ns, configmap("cfg", json!({"v": "0"}))).await;
-            let mut d = deployment(
-                "web",
-                json!({"reloader.stakater.com/auto": "true"}),
-                pod_spec(env_from_configmap("cfg"), json!([])),
-            );
-            d["metadata"]["labels"] = json!({"kr-shard-run": fleet.run});
-            create(&fleet.client, &ns, d).await;
-        })
+        .for_each_concurrent(16, |ns| async move { workload_in(fleet, &ns).await })
         .await;
+}
+
+/// ConfigMap `cfg` and the auto Deployment `web` using it in `ns`.
+async fn workload_in(fleet: &Fleet, ns: &str) {
+    create(&fleet.client, ns, configmap("cfg", json!({"v": "0"}))).await;
+    let mut d = deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        pod_spec(env_from_configmap("cfg"), json!([])),
+    );
+    d["metadata"]["labels"] = json!({"kr-shard-run": fleet.run});
+    create(&fleet.client, ns, d).await;
 }
 
 /// Every pod-template change of the fleet's Deployments: namespace -> the hashes recorded, in
@@ -598,29 +601,10 @@ async fn a_restarted_replica_catches_up_changes_made_while_it_was_down() {
     let fleet = Fleet::new("shard-restart", 8).await;
     workloads(&fleet, 8).await;
     let rollouts = Rollouts::record(&fleet);
-    let r0 = fleet
-        .replica("r0", &["--reload-strategy=annotations"])
-        .await;
-    fleet.wait_members(&["r0"], Duration::from_secs(60)).await;
-    wait_owned(&[&r0], 8, Duration::from_secs(60)).await;
-    // One change it acts on, so its Lease records an acted version past the setup.
-    let first = &fleet.namespaces[..1];
-    let h1 = change_all(&fleet, first, "1").await;
-    rollouts
-        .wait_rolled_to(
-            "the first workload reloaded",
-            first,
-            &h1,
-            Duration::from_secs(60),
-        )
-        .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    r0.crash();
+    acted_once_then_crashed(&fleet, &rollouts, 8).await;
     // Changes while nobody runs; seven of the eight workloads were never reloaded.
     let h2 = change_all(&fleet, &fleet.namespaces, "2").await;
-    let _r0 = fleet
-        .replica("r0", &["--reload-strategy=annotations"])
-        .await;
+    let _r0 = fleet.replica("r0", &RESTARTED).await;
     rollouts
         .wait_rolled_to(
             "every workload reloaded after the restart",
@@ -630,6 +614,24 @@ async fn a_restarted_replica_catches_up_changes_made_while_it_was_down() {
         )
         .await;
     rollouts.assert_no_duplicate().await;
+}
+
+const RESTARTED: [&str; 1] = ["--reload-strategy=annotations"];
+
+/// Replica r0 alone owns the fleet's `owned` namespaces, rolls the first one's workload once (so
+/// its Lease records an acted version past the setup), and is SIGKILLed.
+async fn acted_once_then_crashed(fleet: &Fleet, rollouts: &Rollouts, owned: usize) {
+    let r0 = fleet.replica("r0", &RESTARTED).await;
+    fleet.wait_members(&["r0"], Duration::from_secs(60)).await;
+    wait_owned(&[&r0], owned, Duration::from_secs(60)).await;
+    let first = &fleet.namespaces[..1];
+    let h1 = change_all(fleet, first, "1").await;
+    let within = Duration::from_secs(60);
+    rollouts
+        .wait_rolled_to("the first workload reloaded", first, &h1, within)
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    r0.crash();
 }
 
 /// The same restart, with etcd compacted while the replica was down: the list at the version it
@@ -642,44 +644,17 @@ async fn after_a_compaction_a_restarted_replica_rolls_what_was_written_and_not_w
     let fleet = Fleet::new("shard-compact", 9).await;
     workloads(&fleet, 8).await;
     let rollouts = Rollouts::record(&fleet);
-    let flags = ["--reload-strategy=annotations"];
-    let r0 = fleet.replica("r0", &flags).await;
-    fleet.wait_members(&["r0"], Duration::from_secs(60)).await;
-    wait_owned(&[&r0], 9, Duration::from_secs(60)).await;
-    let first = &fleet.namespaces[..1];
-    let h1 = change_all(&fleet, first, "1").await;
-    rollouts
-        .wait_rolled_to(
-            "the first workload reloaded",
-            first,
-            &h1,
-            Duration::from_secs(60),
-        )
-        .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    r0.crash();
+    acted_once_then_crashed(&fleet, &rollouts, 9).await;
     let eight = &fleet.namespaces[..8];
     let h2 = change_all(&fleet, eight, "2").await;
     let created = &fleet.namespaces[8];
-    create(
-        &fleet.client,
-        created,
-        configmap("cfg", json!({"v": "new"})),
-    )
-    .await;
-    let mut d = deployment(
-        "web",
-        json!({"reloader.stakater.com/auto": "true"}),
-        pod_spec(env_from_configmap("cfg"), json!([])),
-    );
-    d["metadata"]["labels"] = json!({"kr-shard-run": fleet.run});
-    create(&fleet.client, created, d).await;
+    workload_in(&fleet, created).await;
     compact_etcd().await;
     // The shared server's watch cache could still serve the old version from a snapshot.
     let fresh = FreshApiserver::start();
     let kubeconfig = fresh.kubeconfig.to_str().expect("a UTF-8 path");
     let r0 = fleet
-        .replica_with_env("r0", &flags, &[("KUBECONFIG", kubeconfig)])
+        .replica_with_env("r0", &RESTARTED, &[("KUBECONFIG", kubeconfig)])
         .await;
     rollouts
         .wait_rolled_to("every changed workload reloaded", eight, &h2, FAILOVER)
