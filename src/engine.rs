@@ -70,6 +70,10 @@ struct ConfigEvent<'a> {
     /// Its reloads hold the published acted version below the config's resourceVersion until
     /// written (see [`Change::pins_acted`]).
     pins_acted: bool,
+    /// A catch-up's change: a workload whose template already records the config's current
+    /// value was rolled by whoever acted on it. Queued, it would write nothing and only hold the
+    /// acted version for as long as the queue takes to reach it.
+    skip_current: bool,
 }
 
 impl ConfigEvent<'_> {
@@ -85,6 +89,14 @@ impl ConfigEvent<'_> {
         let before = self.previous.map(|p| p.value_for(counted));
         value.is_some() && (recorded == value || before.as_deref() == value)
     }
+}
+
+/// The workload's template records `state`'s current value for the config `key`.
+fn records_current(entry: &WorkloadEntry, key: &ConfigKey, state: &ConfigState) -> bool {
+    entry
+        .uses_config(key.kind, &key.name)
+        .and_then(|u| u.recorded.as_deref().map(|r| state.is_current(r, &u.reads)))
+        == Some(true)
 }
 
 /// One config change for one workload, on its way to the queue.
@@ -290,6 +302,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             deleted: false,
             observed_at,
             pins_acted: true,
+            skip_current: false,
         };
         if matches!(phase, Phase::Backfill | Phase::BackfillAfterChange) {
             // Never replaces what the watch delivered with an older snapshot (that would
@@ -405,6 +418,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                             deleted: false,
                             observed_at: Instant::now(),
                             pins_acted: true,
+                            skip_current: false,
                         }),
                     }
                 }
@@ -457,6 +471,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             deleted: true,
             observed_at: Instant::now(),
             pins_acted: true,
+            skip_current: false,
         })
     }
 
@@ -504,6 +519,10 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             let Some(reason) = self.decide(key, state, &entry) else {
                 continue;
             };
+            if event.skip_current && records_current(&entry, key, state) {
+                self.observer.skipped(key, "already_current");
+                continue;
+            }
             let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
             let hash = (!deleted).then(|| state.value_for(&counted));
             if hash.is_some() && event.unchanged_for(&entry, &counted, hash.as_deref()) {
@@ -695,10 +714,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         );
         let mut items = Vec::new();
         for entry in self.index.candidates(key) {
-            let recorded = entry
-                .uses_config(key.kind, &key.name)
-                .and_then(|u| u.recorded.as_deref().map(|r| state.is_current(r, &u.reads)));
-            if recorded == Some(true) {
+            if records_current(&entry, key, state) {
                 continue;
             }
             let Some(reason) = self.decide(key, state, &entry) else {
@@ -810,6 +826,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             // A roll after a compaction holds it too: its namespace may move before it is
             // written, and the next owner must then fall back to the same configs.
             pins_acted: true,
+            skip_current: true,
         };
         match self.admitted(&event) {
             true => self.fan_out(event),

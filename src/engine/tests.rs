@@ -787,6 +787,36 @@ async fn a_roll_from_a_compacted_catch_up_holds_the_acted_version_until_written(
     assert_eq!(writes.0.lock().unwrap().len(), 1);
 }
 
+/// A catch-up finds every config written since an old version (after a compaction, since the
+/// population's creation): a workload already on the config's value was rolled by whoever acted
+/// on the change, so it is not queued, and holds nothing. In chaos-medium-3r-6db9746-dirty such
+/// no-op reloads held the acted version for minutes and every later catch-up started there.
+#[tokio::test]
+async fn a_catch_up_skips_a_workload_already_on_the_configs_value_and_holds_nothing() {
+    let (e, writes) = engine(&[]);
+    let current = state("v2").digest.reloader_hash();
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    let env = json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": current}]);
+    deployment(&e, "rolled", auto.clone(), env);
+    deployment(&e, "never", auto, json!([]));
+    e.config_applied(cfg(), at("v2", 20), Phase::Startup);
+    e.acted.processed(ConfigKind::ConfigMap, 50);
+    assert_eq!(
+        e.missed_change(&cfg(), None),
+        1,
+        "only the one never rolled"
+    );
+    settle(&e).await;
+    let w = writes.0.lock().unwrap().clone();
+    assert_eq!(
+        w.iter().map(|w| w.0.as_str()).collect::<Vec<_>>(),
+        ["never"]
+    );
+    // The test writer's write does not reach the index: `never` is queued again, and holds.
+    assert_eq!(e.missed_change(&cfg(), Some(&at("v1", 15))), 1);
+    assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(19));
+}
+
 /// A change deferred to a backfill's list is not acted on yet: the acted version stays below
 /// it until the backfill ends and the change is queued (and then until it is written).
 #[tokio::test]

@@ -198,6 +198,7 @@ impl Metrics {
             "not_referenced",
             "not_opted_in",
             "keys_unchanged",
+            "already_current",
         ] {
             let _ = self.skipped.get_or_create(&Reason { reason: r.into() });
         }

@@ -109,9 +109,9 @@ impl WatchContext {
             Err(kube::Error::Api(status)) if status.code == 410 => {
                 let newer = self.written_since::<K>(target, wanted, version).await;
                 warn!(%target, kind = K::KIND.as_str(), version, configs = newer.len(),
-                    "the history to catch up from is compacted: every config changed since \
-                     counts as changed (a config created meanwhile may roll workloads never \
-                     reloaded once)");
+                    "the history to catch up from is compacted: every config written since \
+                     counts as changed (one touched only in its metadata may roll workloads \
+                     never reloaded once)");
                 let queued = newer
                     .iter()
                     .map(|key| self.engine.missed_change(key, None))

@@ -20,6 +20,7 @@ use crate::index::{ConfigState, ConfigWaves};
 use crate::model::{ConfigKey, ConfigKind};
 use crate::resources::{spc_pod_status_resource, spc_resource};
 use crate::shard::ListMark;
+use crate::shard::acted::ActedTracker;
 
 use super::driver::{IndexVerbs, drive, map_event};
 use super::{
@@ -88,6 +89,7 @@ where
     let mut verbs = ConfigVerbs {
         ctx: ctx.clone(),
         kind: K::KIND,
+        lists: ListProgress::default(),
     };
     drive(
         reduced,
@@ -112,6 +114,45 @@ pub(super) struct Reduced {
 struct ConfigVerbs {
     ctx: Arc<WatchContext>,
     kind: ConfigKind,
+    lists: ListProgress,
+}
+
+/// How far the lists in progress have delivered. A list comes in key order, not in
+/// resourceVersion order: the highest version seen halfway through says nothing of the objects
+/// still to come (the first ConfigMap listed, `default/kube-root-ca.crt`, is among the oldest of
+/// a cluster; a replica killed then had published it as its acted version, and every successor
+/// caught up from it). So a list's versions count only once it has finished, and while any list
+/// is in progress the acted version stays where it was when the first one started.
+#[derive(Default)]
+struct ListProgress {
+    in_progress: usize,
+    highest: u64,
+    held: Vec<crate::shard::acted::ActedGuard>,
+}
+
+impl ListProgress {
+    fn started(&mut self, kind: ConfigKind, acted: &ActedTracker) {
+        if self.in_progress == 0
+            && let Some(version) = acted.acted().get(kind)
+        {
+            self.held = acted.hold_at(&[(kind, version)].into_iter().collect());
+        }
+        self.in_progress += 1;
+    }
+
+    /// An object a list delivered.
+    fn listed(&mut self, version: u64) {
+        self.highest = self.highest.max(version);
+    }
+
+    /// A list finished: with no other in progress, what they delivered counts as processed.
+    fn finished(&mut self, kind: ConfigKind, acted: &ActedTracker) {
+        self.in_progress = self.in_progress.saturating_sub(1);
+        if self.in_progress == 0 {
+            acted.processed(kind, std::mem::take(&mut self.highest));
+            self.held.clear();
+        }
+    }
 }
 
 impl IndexVerbs<Reduced> for ConfigVerbs {
@@ -128,7 +169,10 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
         }
         .await;
         // After the engine queued what it rolls (each queued change holds the version below it).
-        acted.processed(self.kind, version);
+        match phase {
+            Phase::Startup | Phase::Relisted => self.lists.listed(version),
+            _ => acted.processed(self.kind, version),
+        }
         applied
     }
 
@@ -146,6 +190,10 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
         self.ctx.ownership.list_mark()
     }
 
+    fn list_started(&mut self) {
+        self.lists.started(self.kind, self.ctx.engine.acted());
+    }
+
     fn reset(
         &mut self,
         namespace: Option<&str>,
@@ -153,6 +201,7 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
         first: bool,
         mark: ListMark,
     ) {
+        self.lists.finished(self.kind, self.ctx.engine.acted());
         if first {
             return;
         }
@@ -438,5 +487,55 @@ mod tests {
             1,
             "a namespace the list did not cover throughout keeps what its backfill found"
         );
+    }
+}
+
+#[cfg(test)]
+mod list_progress_tests {
+    use super::*;
+    use ConfigKind::ConfigMap;
+
+    #[test]
+    fn a_list_in_progress_moves_the_acted_version_only_when_it_has_finished() {
+        let acted = ActedTracker::default();
+        acted.processed(ConfigMap, 100);
+        let mut lists = ListProgress::default();
+        lists.started(ConfigMap, &acted);
+        lists.listed(5000);
+        lists.listed(385);
+        acted.processed(ConfigMap, 6000); // a live event of another stream
+        assert_eq!(acted.acted().get(ConfigMap), Some(100));
+        lists.finished(ConfigMap, &acted);
+        assert_eq!(acted.acted().get(ConfigMap), Some(6000));
+    }
+
+    #[test]
+    fn the_first_list_publishes_nothing_until_it_has_finished() {
+        let acted = ActedTracker::default();
+        let mut lists = ListProgress::default();
+        lists.started(ConfigMap, &acted);
+        lists.listed(385);
+        assert_eq!(
+            acted.acted().get(ConfigMap),
+            None,
+            "not the oldest object's version"
+        );
+        lists.listed(80_000);
+        lists.finished(ConfigMap, &acted);
+        assert_eq!(acted.acted().get(ConfigMap), Some(80_000));
+    }
+
+    #[test]
+    fn overlapping_lists_count_when_the_last_one_has_finished() {
+        let acted = ActedTracker::default();
+        acted.processed(ConfigMap, 10);
+        let mut lists = ListProgress::default();
+        lists.started(ConfigMap, &acted);
+        lists.started(ConfigMap, &acted);
+        lists.listed(50);
+        lists.finished(ConfigMap, &acted);
+        assert_eq!(acted.acted().get(ConfigMap), Some(10));
+        lists.finished(ConfigMap, &acted);
+        assert_eq!(acted.acted().get(ConfigMap), Some(50));
     }
 }

@@ -32,6 +32,9 @@ pub(super) trait IndexVerbs<T>: Send {
     /// Taken when a list starts ([`crate::shard::Ownership::list_mark`]) and handed to `reset`.
     fn list_mark(&self) -> ListMark;
 
+    /// A list of one of the streams starts; `reset` follows when it has finished.
+    fn list_started(&mut self) {}
+
     /// A list of `namespace` (`None`: every namespace) started at `mark` has finished and
     /// returned `seen`: forget what it did not return, in the namespaces it covered throughout.
     /// `first`: the stream's first list, before which nothing was known.
@@ -86,6 +89,9 @@ pub(super) async fn drive<T, V, S>(
         };
         match event {
             Ok(watcher::Event::Init) => {
+                if stream.relisting.is_none() {
+                    verbs.list_started();
+                }
                 stream.relisting = Some((HashSet::new(), verbs.list_mark()));
             }
             Ok(watcher::Event::InitApply(obj)) => {
