@@ -4,7 +4,7 @@
 //! of the namespaces each fault did not touch while it lasted, and the longest takeover.
 //!
 //! ```sh
-//! $CARGO_TARGET_DIR/release/kube-reloader-chaos-summary loadtest/results/chaos-medium-3r*-<commit>.json
+//! $CARGO_TARGET_DIR/release/kube-reloader-chaos-summary loadtest/results/<scenario>-<scale>-*<commit>.json
 //! ```
 //!
 //! Per run, a kind's figures are pooled over its faults by the run itself (`impact_by_kind`);
