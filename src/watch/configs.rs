@@ -119,10 +119,10 @@ struct ConfigVerbs {
 
 /// How far the lists in progress have delivered. A list comes in key order, not in
 /// resourceVersion order: the highest version seen halfway through says nothing of the objects
-/// still to come (the first ConfigMap listed, `default/kube-root-ca.crt`, is among the oldest of
-/// a cluster; a replica killed then had published it as its acted version, and every successor
-/// caught up from it). So a list's versions count only once it has finished, and while any list
-/// is in progress the acted version stays where it was when the first one started.
+/// still to come (an old object listed first, published as the acted version by a replica then
+/// killed, sends every successor's catch-up back to it). So a list's versions count only once it
+/// has finished, and while any list is in progress the acted version stays where it was when
+/// the first one started.
 #[derive(Default)]
 struct ListProgress {
     in_progress: usize,
