@@ -10,6 +10,10 @@
 #   hack/cluster.sh down        stop everything and delete the state dir
 #   hack/cluster.sh status      show processes, ports and health (exit 1 if not healthy)
 #   hack/cluster.sh env         print `export KUBECONFIG=...` and `export PATH=<bin>:$PATH`
+#   hack/cluster.sh isolated    start (or reuse) a kube-apiserver on the same etcd under a key
+#                               prefix of its own: an empty cluster (no CRDs, nothing of other
+#                               tests) where a test may delete and install CRDs; prints its
+#                               kubeconfig path (last stdout line)
 #   hack/cluster.sh gateless    start (or reuse) a second kube-apiserver on the same etcd with
 #                               the ShardedListAndWatch gate off (an older or unconfigured
 #                               server); prints its kubeconfig path (last stdout line)
@@ -38,9 +42,10 @@ READY_TIMEOUT=${KUBE_RELOADER_READY_TIMEOUT:-90} # seconds, for the whole start-
 # Order matters: started in this order, stopped in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager)
 # Started only by `gateless` and `fresh`, stopped with the rest.
-EXTRA_COMPONENTS=(kube-apiserver-gateless kube-apiserver-fresh)
+EXTRA_COMPONENTS=(kube-apiserver-gateless kube-apiserver-fresh kube-apiserver-isolated)
 GATELESS_KUBECONFIG=$STATE/gateless.kubeconfig
 FRESH_KUBECONFIG=$STATE/fresh.kubeconfig
+ISOLATED_KUBECONFIG=$STATE/isolated.kubeconfig
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -309,9 +314,11 @@ EOF
 
 default_sa_exists() { kctl -n default get serviceaccount default >/dev/null 2>&1; }
 
-# launch_apiserver NAME ETCD_PORT PORT GATES: a kube-apiserver on etcd at ETCD_PORT.
+# launch_apiserver NAME ETCD_PORT PORT GATES [ARGS...]: a kube-apiserver on etcd at ETCD_PORT,
+# with ARGS added.
 launch_apiserver() {
     local name=$1 etcd_port=$2 api_port=$3 gates=$4 c=$STATE/certs
+    shift 4
     local dir=$STATE/apiserver audit=$STATE/logs/audit.log
     if [[ $name != kube-apiserver ]]; then
         dir=$STATE/$name audit=$STATE/logs/$name-audit.log
@@ -347,7 +354,7 @@ launch_apiserver() {
         --audit-log-maxsize=500 \
         --audit-log-maxbackup=1 \
         --feature-gates="$gates" \
-        --profiling=false
+        --profiling=false "$@"
 }
 
 start_cluster() {
@@ -521,6 +528,24 @@ cmd_gateless() {
     echo "$GATELESS_KUBECONFIG"
 }
 
+# Its own key prefix in etcd: nothing the shared control plane holds (CRDs included) is seen
+# there, and nothing done there is seen by other tests. No kube-controller-manager serves it.
+# OwnerReferencesPermissionEnforcement (on in OpenShift): setting blockOwnerDeletion needs
+# update on the owner's finalizers, as a Job created from a CronJob does.
+cmd_isolated() {
+    cmd_up >/dev/null
+    take_lock
+    if alive kube-apiserver-isolated && [[ -f $ISOLATED_KUBECONFIG ]] &&
+        ready_at "$ISOLATED_KUBECONFIG"; then
+        log "reusing the isolated kube-apiserver"
+    else
+        start_extra_apiserver kube-apiserver-isolated "$ISOLATED_KUBECONFIG" \
+            "$APISERVER_FEATURE_GATES" "isolated" --etcd-prefix=/kube-reloader-isolated \
+            --enable-admission-plugins=OwnerReferencesPermissionEnforcement
+    fi
+    echo "$ISOLATED_KUBECONFIG"
+}
+
 # A kube-apiserver on the same etcd whose watch cache starts now: a list at a resourceVersion
 # older than its start is served by etcd, so after a compaction it is a 410 (the main server's
 # cache may still serve it from a snapshot). Started anew on every call; `fresh-stop` stops it.
@@ -533,10 +558,11 @@ cmd_fresh() {
     echo "$FRESH_KUBECONFIG"
 }
 
-# start_extra_apiserver NAME KUBECONFIG GATES WHAT: a second kube-apiserver on the control
-# plane's etcd, on a free port, reached through KUBECONFIG; waits until it is ready.
+# start_extra_apiserver NAME KUBECONFIG GATES WHAT [ARGS...]: a second kube-apiserver on the
+# control plane's etcd, on a free port, reached through KUBECONFIG; waits until it is ready.
 start_extra_apiserver() {
     local name=$1 kubeconfig=$2 gates=$3 what=$4 port
+    shift 4
     # shellcheck disable=SC1091
     . "$STATE/ports.env"
     port=$(free_ports 1)
@@ -544,7 +570,7 @@ start_extra_apiserver() {
     write_kubeconfig "$kubeconfig" kube-reloader-admin admin "$port"
     SECONDS=0
     DEADLINE=$READY_TIMEOUT
-    launch_apiserver "$name" "$ETCD_CLIENT_PORT" "$port" "$gates"
+    launch_apiserver "$name" "$ETCD_CLIENT_PORT" "$port" "$gates" "$@"
     wait_for "$name" "/readyz on port $port" ready_at "$kubeconfig"
     log "$what kube-apiserver ready after ${SECONDS}s"
 }
@@ -577,10 +603,11 @@ down) cmd_down ;;
 status) cmd_status ;;
 env) cmd_env ;;
 gateless) cmd_gateless ;;
+isolated) cmd_isolated ;;
 fresh) cmd_fresh ;;
 fresh-stop) take_lock && stop_one kube-apiserver-fresh ;;
 *)
-    echo "usage: $0 up|down|kubeconfig|status|env|gateless|fresh|fresh-stop" >&2
+    echo "usage: $0 up|down|kubeconfig|status|env|gateless|isolated|fresh|fresh-stop" >&2
     exit 2
     ;;
 esac

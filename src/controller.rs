@@ -140,6 +140,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             settings: started.settings.clone(),
             access: started.access,
             ignored_secrets: watches.ignored_secret_types(),
+            served: watches.served_apis(),
             queue: Box::new(crate::explain::live::queue_inspector(
                 engine.queue().clone(),
             )),

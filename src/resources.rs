@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::{ApiResource, GroupVersionKind};
 
-use crate::model::{WorkloadKey, WorkloadKind};
+use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
 
 /// The API resource of each workload kind.
 pub fn api_resource(kind: WorkloadKind) -> ApiResource {
@@ -25,6 +25,54 @@ pub fn api_resource(kind: WorkloadKind) -> ApiResource {
             &GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig"),
             "deploymentconfigs",
         ),
+    }
+}
+
+/// An API that is served only where its CRD is installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OptionalApi {
+    pub group_version: &'static str,
+    /// The resource's plural, as discovery lists it.
+    pub resource: &'static str,
+    /// What a user turned on, for log lines.
+    pub feature: &'static str,
+}
+
+impl OptionalApi {
+    pub const CSI: OptionalApi = OptionalApi {
+        group_version: "secrets-store.csi.x-k8s.io/v1",
+        resource: "secretproviderclasspodstatuses",
+        feature: "CSI integration (--enable-csi-integration)",
+    };
+    pub const ARGO_ROLLOUTS: OptionalApi = OptionalApi {
+        group_version: "argoproj.io/v1alpha1",
+        resource: "rollouts",
+        feature: "Argo Rollouts (--is-Argo-Rollouts)",
+    };
+    pub const DEPLOYMENT_CONFIGS: OptionalApi = OptionalApi {
+        group_version: "apps.openshift.io/v1",
+        resource: "deploymentconfigs",
+        feature: "OpenShift DeploymentConfigs (--is-openshift)",
+    };
+
+    pub fn of_workload(kind: WorkloadKind) -> Option<OptionalApi> {
+        match kind {
+            WorkloadKind::Rollout => Some(Self::ARGO_ROLLOUTS),
+            WorkloadKind::DeploymentConfig => Some(Self::DEPLOYMENT_CONFIGS),
+            _ => None,
+        }
+    }
+
+    pub fn of_config(kind: ConfigKind) -> Option<OptionalApi> {
+        match kind {
+            ConfigKind::SecretProviderClass => Some(Self::CSI),
+            _ => None,
+        }
+    }
+
+    /// `group/version/resource`, the label of its metric and its name in explain.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.group_version, self.resource)
     }
 }
 
@@ -63,7 +111,6 @@ pub fn workload_reference(key: &WorkloadKey, uid: Option<String>) -> ObjectRefer
 
 /// The reference of a config, for Events about it.
 pub fn config_reference(key: &crate::model::ConfigKey) -> ObjectReference {
-    use crate::model::ConfigKind;
     let (api_version, kind) = match key.kind {
         ConfigKind::ConfigMap => ("v1".to_string(), "ConfigMap".to_string()),
         ConfigKind::Secret => ("v1".to_string(), "Secret".to_string()),
@@ -78,5 +125,28 @@ pub fn config_reference(key: &crate::model::ConfigKey) -> ObjectReference {
         name: Some(key.name.to_string()),
         namespace: Some(key.namespace.to_string()),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_crd_backed_kind_has_its_api_and_built_in_kinds_have_none() {
+        for kind in WorkloadKind::ALL {
+            let api = OptionalApi::of_workload(kind);
+            let crd_backed = matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig);
+            assert_eq!(api.is_some(), crd_backed, "{kind:?}");
+            if let Some(api) = api {
+                let ar = api_resource(kind);
+                assert_eq!(api.group_version, ar.api_version);
+                assert_eq!(api.resource, ar.plural);
+            }
+        }
+        let spc = spc_pod_status_resource();
+        assert_eq!(OptionalApi::CSI.group_version, spc.api_version);
+        assert_eq!(OptionalApi::CSI.resource, spc.plural);
+        assert_eq!(OptionalApi::of_config(ConfigKind::ConfigMap), None);
     }
 }

@@ -13,78 +13,12 @@ use serde_json::{Value, json};
 
 use common::identity::{Identity, identity_of};
 use common::objects::*;
+use common::reloader_chart::{Values, metadata_rules, reloader_rules};
 use common::{Controller, TestNamespace, client, crds, wait_for};
 
 const SERVICE_ACCOUNT: &str = "reloader-reloader";
 /// The bar: a Deployment reloaded within this long of its ConfigMap's change.
 const RELOAD_WITHIN: Duration = Duration::from_secs(2);
-
-/// The Reloader chart values a case sets (only those that change its RBAC, args or env).
-#[derive(Default, Clone, Copy)]
-struct Values {
-    watch_globally_off: bool,
-    enable_ha: bool,
-    namespace_selector: bool,
-    csi: bool,
-    argo: bool,
-}
-
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
-    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
-}
-
-/// The rules of Reloader 2.2.16's ClusterRole (watchGlobally) or Role (namespaced): the same
-/// list, without namespaces in the namespaced Role.
-fn reloader_rules(v: Values) -> Vec<Value> {
-    let workload_verbs = ["list", "get", "update", "patch"];
-    let mut rules = vec![rule(
-        &[""],
-        &["secrets", "configmaps"],
-        &["list", "get", "watch"],
-    )];
-    if v.namespace_selector && !v.watch_globally_off {
-        rules.push(rule(&[""], &["namespaces"], &["get", "list", "watch"]));
-    }
-    if v.argo {
-        rules.push(rule(&["argoproj.io", ""], &["rollouts"], &workload_verbs));
-    }
-    rules.push(rule(
-        &["apps"],
-        &["deployments", "daemonsets", "statefulsets"],
-        &workload_verbs,
-    ));
-    rules.push(rule(&["batch"], &["cronjobs"], &["list", "get"]));
-    rules.push(rule(
-        &["batch"],
-        &["jobs"],
-        &["create", "delete", "list", "get"],
-    ));
-    if v.enable_ha {
-        rules.push(rule(
-            &["coordination.k8s.io"],
-            &["leases"],
-            &["create", "get", "update"],
-        ));
-    }
-    if v.csi {
-        rules.push(rule(
-            &["secrets-store.csi.x-k8s.io"],
-            &["secretproviderclasspodstatuses", "secretproviderclasses"],
-            &["list", "get", "watch"],
-        ));
-    }
-    rules.push(rule(&[""], &["events"], &["create", "patch"]));
-    rules
-}
-
-/// Reloader's `-metadata-role` in the release namespace.
-fn metadata_rules() -> Vec<Value> {
-    vec![rule(
-        &[""],
-        &["configmaps"],
-        &["list", "get", "watch", "create", "update"],
-    )]
-}
 
 /// The args Reloader's chart renders for these values, plus the two this test adds to stay
 /// out of other tests' way (a resource label selector and its own annotation names; neither

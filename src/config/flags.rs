@@ -260,6 +260,13 @@ pub struct Flags {
     #[arg(long, default_value = "2s", value_parser = positive_go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]
     pub wave_poll_interval: Duration,
+
+    /// How often the API of a CRD-backed kind a flag turns on (CSI, Argo Rollouts,
+    /// DeploymentConfigs) is looked up in discovery: one not served is skipped until it is, one
+    /// served is watched until it goes away (Go duration).
+    #[arg(long, env = "OPTIONAL_API_CHECK_INTERVAL", default_value = "1m", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub optional_api_check_interval: Duration,
 }
 
 fn parse_wave_policy(raw: &str) -> Result<String, String> {

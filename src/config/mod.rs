@@ -108,6 +108,8 @@ pub struct Settings {
     pub waves: Option<crate::waves::PolicyText>,
     /// `--wave-poll-interval`.
     pub wave_poll_interval: std::time::Duration,
+    /// `--optional-api-check-interval`.
+    pub optional_api_check_interval: std::time::Duration,
     /// Where halts are kept (the `kube-reloader-halts` ConfigMap): POD_NAMESPACE, else
     /// RELOADER_NAMESPACE. `None`: halts live as long as the process.
     pub halts_namespace: Option<String>,
@@ -247,6 +249,7 @@ impl TryFrom<Flags> for Settings {
                 .as_deref()
                 .and_then(|raw| crate::waves::PolicyText::parse(raw).ok()),
             wave_poll_interval: f.wave_poll_interval,
+            optional_api_check_interval: f.optional_api_check_interval,
             halts_namespace: [&f.pod_namespace, &f.environment.reloader_namespace]
                 .into_iter()
                 .flatten()

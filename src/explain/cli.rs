@@ -313,6 +313,45 @@ async fn lint_access(
     }
 }
 
+/// The CRD-backed kinds the settings turn on that the cluster does not serve: the controller
+/// skips them (and checks again) rather than waiting, which a user should know.
+async fn lint_optional_apis(
+    client: &Client,
+    settings: &Settings,
+    target: Option<&str>,
+) -> Vec<Lint> {
+    use crate::resources::OptionalApi;
+    use crate::watch::served::{Discovery, discover};
+    let workloads = WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| settings.handles_workload(*k))
+        .filter_map(OptionalApi::of_workload);
+    let configs = ConfigKind::ALL
+        .into_iter()
+        .filter(|k| settings.watches_config(*k))
+        .filter_map(OptionalApi::of_config);
+    let (namespace, name) = target.and_then(|t| t.split_once('/')).unwrap_or_default();
+    let mut findings = Vec::new();
+    for api in workloads.chain(configs) {
+        if discover(client, api).await == Discovery::NotServed {
+            findings.push(Lint {
+                severity: Severity::Warning,
+                check: "api-not-served",
+                kind: "Deployment",
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message: format!(
+                    "{} is on but {} is not served (its CRD is not installed): the controller \
+                     skips it and starts watching it once it is",
+                    api.feature,
+                    api.label()
+                ),
+            });
+        }
+    }
+    findings
+}
+
 /// `kube-reloader lint`: the text to print and whether any finding is an error.
 pub async fn run_lint(args: &LintArgs) -> Result<(String, bool), ToolError> {
     let (client, default_ns) = client().await?;
@@ -323,6 +362,9 @@ pub async fn run_lint(args: &LintArgs) -> Result<(String, bool), ToolError> {
     if let Some(target) = &args.common.from_deployment {
         findings.extend(lint_access(&client, &settings, target).await?);
     }
+    findings.extend(
+        lint_optional_apis(&client, &settings, args.common.from_deployment.as_deref()).await,
+    );
     let failed = findings.iter().any(|f| f.severity == Severity::Error);
     let text = if args.common.output == "json" {
         serde_json::to_string_pretty(&findings).unwrap_or_default() + "\n"

@@ -78,6 +78,18 @@ pub struct LiveAnswer {
     /// neither the pod spec nor the raw annotations; `kube-reloader explain` shows them).
     pub explanation: Option<Explanation>,
     pub access: AccessReport,
+    /// The CRD-backed kinds the settings turn on, and whether the cluster serves each (one not
+    /// served is skipped until its CRD is installed).
+    pub optional_apis: Vec<OptionalApiReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OptionalApiReport {
+    /// `group/version/resource`.
+    pub api: String,
+    pub feature: &'static str,
+    pub served: bool,
 }
 
 /// How this replica works around missing RBAC permissions (empty `fallbacks`: it does not).
@@ -131,6 +143,8 @@ pub struct LiveExplainer {
     pub breaker: Option<Arc<crate::engine::ChurnBreaker>>,
     /// The changes rolled in waves, with their halts.
     pub waves: Option<Arc<crate::rollout::waves::WaveRunner>>,
+    /// Which optional APIs the cluster serves, as the watches last checked.
+    pub served: crate::watch::served::ServedApis,
 }
 
 /// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.
@@ -275,6 +289,16 @@ impl LiveExplainer {
             queue: self.queue.queue_state(&key),
             explanation,
             access: access_report(&self.settings, &self.access, kind),
+            optional_apis: self
+                .served
+                .snapshot()
+                .into_iter()
+                .map(|(api, served)| OptionalApiReport {
+                    api: api.label(),
+                    feature: api.feature,
+                    served,
+                })
+                .collect(),
         }
     }
 }
@@ -365,6 +389,7 @@ mod tests {
             queue: Box::new(move |_: &WorkloadKey| queue.clone()),
             breaker: None,
             waves: None,
+            served: Default::default(),
         }
     }
 

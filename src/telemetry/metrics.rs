@@ -64,6 +64,12 @@ struct ResourceLabel {
     resource: String,
 }
 
+/// `group/version/resource` of an optional API.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabel {
+    api: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FallbackLabel {
     fallback: String,
@@ -130,6 +136,7 @@ pub struct Metrics {
     breakers_open: Gauge,
     server_side_sharding: Gauge,
     breaker_held_changes: Counter,
+    api_served: Family<ApiLabel, Gauge>,
 }
 
 impl Metrics {
@@ -178,6 +185,7 @@ impl Metrics {
             breakers_open: Gauge::default(),
             server_side_sharding: Gauge::default(),
             breaker_held_changes: Counter::default(),
+            api_served: Family::default(),
         };
         m.create_series();
         m.register_reloader_metrics(&mut registry);
@@ -372,6 +380,12 @@ impl Metrics {
     /// What the controller holds and watches: watches, the index, namespaces, readiness, and
     /// the requests it sends.
     fn register_state_metrics(&self, own: &mut Registry) {
+        own.register(
+            "optional_api_served",
+            "1 when the API of a CRD-backed kind a flag turns on (CSI, Argo Rollouts, \
+             DeploymentConfigs) is served, 0 while it is not (its watch waits for it).",
+            self.api_served.clone(),
+        );
         own.register(
             "watch_restarts",
             "Watch streams that failed and were restarted, by resource.",
@@ -661,6 +675,12 @@ impl WatchObserver for Arc<Metrics> {
                 resource: resource.into(),
             })
             .inc();
+    }
+
+    fn api_served(&self, api: crate::resources::OptionalApi, served: bool) {
+        self.api_served
+            .get_or_create(&ApiLabel { api: api.label() })
+            .set(i64::from(served));
     }
 
     fn catch_up(&self, result: &'static str, changed: usize) {

@@ -162,7 +162,7 @@ impl WatchContext {
     async fn list_workloads(&self, target: &ListTarget, wanted: &HashSet<&str>) {
         for kind in WorkloadKind::ALL
             .into_iter()
-            .filter(|k| self.settings.handles_workload(*k))
+            .filter(|k| self.lists_workloads(*k))
         {
             let ar = api_resource(kind);
             let api: Api<WorkloadObject> = match target.namespace() {
@@ -199,10 +199,7 @@ impl WatchContext {
         if self.settings.watches_config(ConfigKind::Secret) {
             self.list_configs::<Secret>(target, wanted, listed).await;
         }
-        if self
-            .settings
-            .watches_config(ConfigKind::SecretProviderClass)
-        {
+        if self.lists_configs(ConfigKind::SecretProviderClass) {
             self.list_pod_statuses(target, wanted).await;
         }
     }

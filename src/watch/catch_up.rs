@@ -68,7 +68,7 @@ impl WatchContext {
         let mut queued = 0;
         for target in targets {
             for (kind, version) in since.iter() {
-                if !self.settings.watches_config(kind) {
+                if !self.lists_configs(kind) {
                     continue;
                 }
                 queued += match kind {

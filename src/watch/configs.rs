@@ -27,6 +27,7 @@ use super::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
     watch_error, watch_streams,
 };
+use crate::resources::OptionalApi;
 
 pub(super) fn spawn_all(
     ctx: &Arc<WatchContext>,
@@ -56,7 +57,10 @@ pub(super) fn spawn_all(
             }
             ConfigKind::SecretProviderClass => {
                 // Pod statuses carry no user labels: the resource selector does not apply.
-                tasks.spawn(async move { watch_spc(ctx, gate).await });
+                let streams = scope_len(&ctx.settings.scope);
+                let watcher = ctx.clone();
+                let run = move |gate| watch_spc(watcher.clone(), gate);
+                tasks.spawn(ctx.while_served(OptionalApi::CSI, gate, streams, run));
             }
         }
     }

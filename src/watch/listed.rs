@@ -82,10 +82,9 @@ impl WatchContext {
     /// Before a change of a config in `namespace` is decided: the listed kinds there, fresh.
     /// A failed list is logged and the change is decided on what the index holds.
     pub(super) async fn refresh_listed(&self, namespace: &str) {
-        if self.listed.is_empty()
-            || !self.is_ready()
-            || !self.settings.namespace_in_scope(namespace)
-        {
+        // Not gated on readiness: config watches start after every workload kind's first list,
+        // and a live change must not wait for a kind still starting (or one never served).
+        if self.listed.is_empty() || !self.settings.namespace_in_scope(namespace) {
             return;
         }
         // The kinds at once: the change waits for the slowest list, not for their sum.
@@ -93,6 +92,7 @@ impl WatchContext {
             .listed
             .locks
             .keys()
+            .filter(|kind| self.lists_workloads(**kind))
             .map(|kind| async move { (*kind, self.relist(*kind, Some(namespace)).await) });
         for (kind, listed) in futures::future::join_all(lists).await {
             if let Err(e) = listed {

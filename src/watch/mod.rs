@@ -14,6 +14,7 @@ mod ignored_secrets;
 mod list_strategy;
 mod listed;
 mod namespaces;
+pub mod served;
 mod server_sharding;
 mod workloads;
 
@@ -35,6 +36,7 @@ use crate::engine::Intake;
 use crate::index::ReverseIndex;
 use crate::shard::Ownership;
 
+use crate::resources::OptionalApi;
 pub use ignored_secrets::IgnoredSecretTypes;
 
 /// Why the watches stopped. Each watch retries failures with backoff and runs forever, so any
@@ -59,6 +61,8 @@ pub trait WatchObserver: Send + Sync + 'static {
     /// A catch-up of changes nobody acted on ran for one config kind (`catch_up.rs`): how it
     /// went and how many configs it found changed.
     fn catch_up(&self, _result: &'static str, _changed: usize) {}
+    /// A check of an optional API (a CRD-backed kind a flag turns on) found it served or not.
+    fn api_served(&self, _api: OptionalApi, _served: bool) {}
 }
 
 impl WatchObserver for () {}
@@ -78,6 +82,8 @@ pub struct WatchContext {
     listed: listed::ListedKinds,
     /// Used Secrets found to be of an ignored type (for `/debug/explain`).
     ignored_types: IgnoredSecretTypes,
+    /// Which optional APIs (CRD-backed kinds) the cluster serves.
+    served: served::ServedApis,
 }
 
 impl WatchContext {
@@ -100,12 +106,18 @@ impl WatchContext {
             ready: AtomicBool::new(false),
             listed,
             ignored_types: Default::default(),
+            served: Default::default(),
         })
     }
 
     /// Used Secrets known to be of an ignored type, as the ignored-type check finds them.
     pub fn ignored_secret_types(&self) -> IgnoredSecretTypes {
         self.ignored_types.clone()
+    }
+
+    /// Which optional APIs the cluster serves, as last checked (for `/debug/explain`).
+    pub fn served_apis(&self) -> served::ServedApis {
+        self.served.clone()
     }
 
     /// True once every watch has listed and the start-up reconcile has run.
@@ -138,6 +150,7 @@ impl WatchContext {
             None => 0,
         };
         self.decide_server_sharding().await;
+        self.discover_optional_apis().await;
         // One empty watch request (milliseconds) decides how every list starts.
         let streaming = self.clone().probe_streaming_lists().await;
         let workloads_synced = workloads::spawn_all(&self, &mut tasks, streaming);
@@ -239,7 +252,11 @@ impl SyncGate {
     }
 
     fn done_one(&self) {
-        self.pending.add_permits(1);
+        self.done_many(1);
+    }
+
+    fn done_many(&self, streams: usize) {
+        self.pending.add_permits(streams);
     }
 
     /// True once every stream has listed (tests only).

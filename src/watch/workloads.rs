@@ -18,6 +18,7 @@ use super::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, stream_namespaces, watch_error,
     watch_streams,
 };
+use crate::resources::OptionalApi;
 
 pub(super) fn spawn_all(
     ctx: &Arc<WatchContext>,
@@ -35,11 +36,24 @@ pub(super) fn spawn_all(
         super::list_strategy::WORKLOAD_PAGE_SIZE,
     );
     for kind in kinds {
-        let (ctx, gate, config) = (ctx.clone(), gate.clone(), config.clone());
-        if ctx.listed.contains(kind) {
-            tasks.spawn(super::listed::poll_kind(ctx, kind, gate));
-        } else {
-            tasks.spawn(async move { watch_kind(ctx, kind, gate, config).await });
+        let (watcher, gate, config) = (ctx.clone(), gate.clone(), config.clone());
+        let run = move |gate: SyncGate| {
+            let (ctx, config) = (watcher.clone(), config.clone());
+            async move {
+                match ctx.listed.contains(kind) {
+                    true => super::listed::poll_kind(ctx, kind, gate).await,
+                    false => watch_kind(ctx, kind, gate, config).await,
+                }
+            }
+        };
+        match OptionalApi::of_workload(kind) {
+            Some(api) => {
+                let streams = scope_len(&ctx.settings.scope);
+                tasks.spawn(ctx.clone().while_served(api, gate, streams, run));
+            }
+            None => {
+                tasks.spawn(run(gate));
+            }
         }
     }
     gate

@@ -46,7 +46,9 @@ pub async fn ensure(client: &Client, names: &[&str]) {
     }
 }
 
-async fn install(client: &Client, name: &str) {
+/// Installs the CRD `name` and waits until it is served (no cache: for an API server other
+/// tests do not share, see [`super::isolated_kubeconfig_path`]).
+pub async fn install(client: &Client, name: &str) {
     let crd = fixture(name);
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     match api.create(&PostParams::default(), &crd).await {
@@ -105,5 +107,48 @@ async fn install(client: &Client, name: &str) {
                 .map_err(|e| format!("listing {plural}: {e}"))
         }
     })
+    .await;
+}
+
+/// Deletes the CRD `name` (and so every object of it) and waits until discovery no longer lists
+/// it. Only on an API server no other test shares ([`super::isolated_kubeconfig_path`]).
+pub async fn remove(client: &Client, name: &str) {
+    let crd = fixture(name);
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("deleting CRD {name}: {e}"),
+    }
+    let group_version = format!("{}/{}", crd.spec.group, crd.spec.versions[0].name);
+    let plural = crd.spec.names.plural.clone();
+    wait_for(
+        &format!("{name} gone from discovery"),
+        Duration::from_secs(60),
+        || {
+            let (client, api, group_version, plural) = (
+                client.clone(),
+                api.clone(),
+                group_version.clone(),
+                plural.clone(),
+            );
+            async move {
+                if api
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    return Err("the CRD still exists".to_string());
+                }
+                match client.list_api_group_resources(&group_version).await {
+                    Ok(list) if list.resources.iter().any(|r| r.name == plural) => {
+                        Err(format!("{plural} still in {group_version} discovery"))
+                    }
+                    _ => Ok(()),
+                }
+            }
+        },
+    )
     .await;
 }

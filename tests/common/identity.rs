@@ -26,6 +26,16 @@ impl Drop for Identity {
 }
 
 pub async fn identity_of(admin: &Client, namespace: &str, service_account: &str) -> Identity {
+    identity_at(admin, kubeconfig_path(), namespace, service_account).await
+}
+
+/// The same on the API server the admin kubeconfig `admin_kubeconfig` reaches.
+pub async fn identity_at(
+    admin: &Client,
+    admin_kubeconfig: &std::path::Path,
+    namespace: &str,
+    service_account: &str,
+) -> Identity {
     let request: TokenRequest = serde_json::from_value(json!({
         "spec": {"audiences": [], "expirationSeconds": 3600}
     }))
@@ -38,7 +48,7 @@ pub async fn identity_of(admin: &Client, namespace: &str, service_account: &str)
         .expect("a token in the TokenRequest status")
         .token;
     // Server and CA of the admin kubeconfig; the user is the token (JSON is valid YAML).
-    let admin_config = Kubeconfig::read_from(kubeconfig_path()).expect("the admin kubeconfig");
+    let admin_config = Kubeconfig::read_from(admin_kubeconfig).expect("the admin kubeconfig");
     let cluster = admin_config.clusters[0].cluster.clone().expect("a cluster");
     let kubeconfig = json!({
         "apiVersion": "v1",

@@ -38,6 +38,14 @@ pub fn gateless_kubeconfig_path() -> PathBuf {
     cluster_sh("gateless", "the gateless kube-apiserver did not start")
 }
 
+/// A kube-apiserver on the test control plane's etcd under a key prefix of its own
+/// (`hack/cluster.sh isolated`): an empty cluster where a test may delete and install CRDs
+/// without touching what other tests share. The kubeconfig to reach it.
+pub fn isolated_kubeconfig_path() -> PathBuf {
+    kubeconfig_path();
+    cluster_sh("isolated", "the isolated kube-apiserver did not start")
+}
+
 /// A kube-apiserver on the test control plane's etcd whose watch cache starts now (so a list at
 /// an older resourceVersion goes to etcd: after [`compact_etcd`], a 410). Stopped on drop.
 pub struct FreshApiserver {
@@ -81,7 +89,12 @@ fn cluster_sh(command: &str, failure: &str) -> PathBuf {
 }
 
 pub async fn client() -> Client {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("reading the test kubeconfig");
+    client_at(kubeconfig_path()).await
+}
+
+/// A client for the kube-apiserver `kubeconfig` names.
+pub async fn client_at(kubeconfig: &std::path::Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("reading the test kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .expect("building a client config");
@@ -92,6 +105,9 @@ pub async fn client() -> Client {
 pub struct TestNamespace {
     pub name: String,
     pub client: Client,
+    /// Where the namespace lives: Drop deletes it with a client of its own (one bound to the
+    /// test's runtime cannot run while that runtime waits for the cleanup thread).
+    kubeconfig: PathBuf,
 }
 
 impl TestNamespace {
@@ -100,7 +116,12 @@ impl TestNamespace {
     }
 
     pub async fn with_labels(prefix: &str, labels: serde_json::Value) -> Self {
-        let client = client().await;
+        Self::on(kubeconfig_path(), prefix, labels).await
+    }
+
+    /// A namespace on the API server `kubeconfig` reaches.
+    pub async fn on(kubeconfig: &std::path::Path, prefix: &str, labels: serde_json::Value) -> Self {
+        let client = client_at(kubeconfig).await;
         let suffix: u32 = rand_suffix();
         let name = format!("{}-{suffix:08x}", prefix.replace('_', "-"));
         let ns: Namespace = serde_json::from_value(json!({
@@ -111,7 +132,11 @@ impl TestNamespace {
             .create(&PostParams::default(), &ns)
             .await
             .expect("creating the test namespace");
-        Self { name, client }
+        Self {
+            name,
+            client,
+            kubeconfig: kubeconfig.to_path_buf(),
+        }
     }
 }
 
@@ -141,9 +166,9 @@ where
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        let name = self.name.clone();
+        let (name, kubeconfig) = (self.name.clone(), self.kubeconfig.clone());
         block_on_detached(async move {
-            let api = Api::<Namespace>::all(client().await);
+            let api = Api::<Namespace>::all(client_at(&kubeconfig).await);
             let _ = api.delete(&name, &DeleteParams::background()).await;
         });
     }
@@ -436,3 +461,4 @@ pub mod kwok;
 pub mod objects;
 pub mod observe;
 pub mod receiver;
+pub mod reloader_chart;
