@@ -164,6 +164,9 @@ pub enum PolicyProblem {
     UnknownRolloutStrategy {
         value: String,
     },
+    UnknownCronJobReloadStrategy {
+        value: String,
+    },
 }
 
 impl PolicyProblem {
@@ -173,6 +176,7 @@ impl PolicyProblem {
             PolicyProblem::InvalidPattern { annotation, .. } => annotation,
             PolicyProblem::InvalidPausePeriod { .. } => &keys.pause_period,
             PolicyProblem::UnknownRolloutStrategy { .. } => &keys.rollout_strategy,
+            PolicyProblem::UnknownCronJobReloadStrategy { .. } => &keys.cronjob_reload_strategy,
         }
     }
 }
@@ -198,6 +202,10 @@ impl std::fmt::Display for PolicyProblem {
                 f,
                 "rollout strategy '{value}' is unknown (rollout or restart); using rollout"
             ),
+            PolicyProblem::UnknownCronJobReloadStrategy { value } => write!(
+                f,
+                "cronjob reload strategy '{value}' is unknown (patch, or unset to create a Job); creating a Job"
+            ),
         }
     }
 }
@@ -222,6 +230,39 @@ pub fn rollout_strategy_of(
             (RolloutStrategy::Rollout, Some(problem))
         }
     }
+}
+
+/// A CronJob's `cronjob-reload-strategy` (metadata only): `patch` patches its job template (and
+/// re-creates its running Jobs); anything else creates a Job at once, as Reloader does, an
+/// unknown value being reported.
+pub fn cronjob_reload_strategy_of(
+    keys: &AnnotationKeys,
+    metadata: &BTreeMap<String, String>,
+) -> (CronJobReloadStrategy, Option<PolicyProblem>) {
+    match metadata
+        .get(keys.cronjob_reload_strategy.as_str())
+        .map(|s| s.trim())
+    {
+        None | Some("") | Some("immediate-job") => (CronJobReloadStrategy::CreateJob, None),
+        Some("patch") => (CronJobReloadStrategy::Patch, None),
+        Some(other) => {
+            let problem = PolicyProblem::UnknownCronJobReloadStrategy {
+                value: other.to_string(),
+            };
+            (CronJobReloadStrategy::CreateJob, Some(problem))
+        }
+    }
+}
+
+/// How a CronJob is reloaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CronJobReloadStrategy {
+    /// A Job created from the (edited) job template at once; the CronJob is not modified.
+    #[default]
+    CreateJob,
+    /// The CronJob's job template patched, so its next runs use the new value; its running Jobs
+    /// are re-created.
+    Patch,
 }
 
 /// A Deployment's `pause-period` (metadata only): `None` when absent or zero.
@@ -493,6 +534,7 @@ impl ReloadPolicy {
         trace_metadata_only(&mut trace, &keys.pause_period, None, metadata, template);
         let (rollout_strategy, problem) = rollout_strategy_of(keys, metadata);
         problems.extend(problem);
+        problems.extend(cronjob_reload_strategy_of(keys, metadata).1);
         let pause_period = pause_period_of(keys, metadata).unwrap_or_else(|problem| {
             problems.push(problem);
             None
@@ -662,6 +704,19 @@ mod tests {
         );
         let (strategy, problem) = rollout_strategy_of(&keys, &meta("Restart"));
         assert_eq!(strategy, RolloutStrategy::Rollout);
+        assert!(problem.is_some(), "an unknown value is reported");
+        let cron =
+            |v: &str| BTreeMap::from([(keys.cronjob_reload_strategy.clone(), v.to_string())]);
+        assert_eq!(
+            cronjob_reload_strategy_of(&keys, &cron(" patch")),
+            (CronJobReloadStrategy::Patch, None)
+        );
+        assert_eq!(
+            cronjob_reload_strategy_of(&keys, &BTreeMap::new()),
+            (CronJobReloadStrategy::CreateJob, None)
+        );
+        let (strategy, problem) = cronjob_reload_strategy_of(&keys, &cron("Patch"));
+        assert_eq!(strategy, CronJobReloadStrategy::CreateJob);
         assert!(problem.is_some(), "an unknown value is reported");
         let pause = |v: &str| BTreeMap::from([(keys.pause_period.clone(), v.to_string())]);
         assert_eq!(pause_period_of(&keys, &pause("0s")), Ok(None));

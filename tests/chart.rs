@@ -183,7 +183,8 @@ fn defaults_render_a_hardened_single_replica_watching_everything() {
                 "",
                 &["get", "list", "watch", "patch"]
             ),
-            ("batch", "cronjobs", "", &["get", "list", "watch"]),
+            ("batch", "cronjobs", "", &["get", "list", "watch", "patch"]),
+            ("batch", "cronjobs/finalizers", "", &["update"]),
             (
                 "batch",
                 "jobs",
@@ -544,6 +545,31 @@ fn argo_openshift_and_csi_add_their_flags_and_only_their_rules() {
 }
 
 #[test]
+fn openshift_leaves_the_user_and_group_to_the_cluster() {
+    let pod = |objects: &[Value]| one(objects, "Deployment")["spec"]["template"]["spec"].clone();
+    let default = pod(&render(json!({})));
+    assert_eq!(default["securityContext"]["runAsUser"], 65534);
+    assert_eq!(default["securityContext"]["runAsGroup"], 65534);
+    let detected = template(
+        RELEASE,
+        NS,
+        &json!({}),
+        &["--api-versions", "apps.openshift.io/v1"],
+    );
+    for objects in [render(json!({"reloader": {"isOpenshift": true}})), detected] {
+        let sc = &pod(&objects)["securityContext"];
+        assert!(sc.get("runAsUser").is_none(), "{sc}");
+        assert!(sc.get("runAsGroup").is_none(), "{sc}");
+        assert_eq!(sc["runAsNonRoot"], true, "the restricted SCC allows it");
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    }
+    // An id chosen on purpose is the user's to keep.
+    let chosen = render(json!({"reloader": {"isOpenshift": true,
+        "deployment": {"securityContext": {"runAsUser": 1000700000}}}}));
+    assert_eq!(pod(&chosen)["securityContext"]["runAsUser"], 1000700000);
+}
+
+#[test]
 fn ignoring_jobs_and_cronjobs_drops_their_flags_and_rules() {
     let batch = |objects: &[Value]| -> BTreeSet<(String, String, String, String)> {
         grants(&one(objects, "ClusterRole")["rules"])
@@ -556,12 +582,16 @@ fn ignoring_jobs_and_cronjobs_drops_their_flags_and_rules() {
     assert!(batch(&both).is_empty(), "{:?}", batch(&both));
 
     // CronJobs still reloaded: they are read, and a reload creates a Job (nothing more on Jobs).
+    // A CronJob annotated cronjob-reload-strategy: patch is patched; the Job's owner reference
+    // blocks the CronJob's deletion, which needs update on its finalizers where
+    // OwnerReferencesPermissionEnforcement runs (OpenShift).
     let jobs = render(json!({"reloader": {"ignoreJobs": true}}));
     assert!(has_arg(&jobs, "--ignored-workload-types=jobs"));
     assert_eq!(
         batch(&jobs),
         grant_set(&[
-            ("batch", "cronjobs", "", &["get", "list", "watch"]),
+            ("batch", "cronjobs", "", &["get", "list", "watch", "patch"]),
+            ("batch", "cronjobs/finalizers", "", &["update"]),
             ("batch", "jobs", "", &["create"]),
         ])
     );

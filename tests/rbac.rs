@@ -93,7 +93,12 @@ impl Needs {
             g.extend(grant_set(&[("", "secrets", "", read)]));
         }
         if self.cronjobs {
-            g.extend(grant_set(&[("batch", "cronjobs", "", read)]));
+            g.extend(grant_set(&[
+                ("batch", "cronjobs", "", read),
+                // cronjob-reload-strategy: patch, and the Job's blockOwnerDeletion.
+                ("batch", "cronjobs", "", &["patch"]),
+                ("batch", "cronjobs/finalizers", "", &["update"]),
+            ]));
         }
         if self.jobs {
             g.extend(grant_set(&[(

@@ -244,6 +244,85 @@ async fn cronjob_is_left_alone_and_a_manual_job_is_created_from_it() {
     assert_eq!(count, 1, "one change, one Job");
 }
 
+/// `reloader.stakater.com/cronjob-reload-strategy: patch`: the CronJob's job template gets the
+/// hash (its next runs read the new value), no Job is created at once, and a Job of it still
+/// running is re-created; a finished one is left alone.
+#[tokio::test]
+async fn cronjob_with_the_patch_strategy_is_patched_and_its_running_job_recreated() {
+    let ns = TestNamespace::new("kinds-cron-patch").await;
+    let c = &ns.client;
+    create(c, &ns.name, configmap("job-config", json!({"k": "v1"}))).await;
+    let annotations =
+        json!({AUTO.0: AUTO.1, "reloader.stakater.com/cronjob-reload-strategy": "patch"});
+    let spec = pod_spec(env_from_configmap("job-config"), json!([]));
+    let cron = create(c, &ns.name, cronjob("nightly", annotations, spec.clone())).await;
+    let uid = cron.metadata.uid.clone().expect("a uid");
+    let owned = |name: &str| {
+        let mut job = job(name, json!({}), spec.clone());
+        job["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1",
+            "kind": "CronJob", "name": "nightly", "uid": uid, "controller": true}]);
+        job
+    };
+    // kube-controller-manager creates the running Job's pod (Pending: no nodes), so it counts
+    // as active; the finished one is suspended and never starts.
+    create(c, &ns.name, owned("nightly-running")).await;
+    let mut finished = owned("nightly-done");
+    finished["spec"]["suspend"] = json!(true);
+    create(c, &ns.name, finished).await;
+    wait_for("the running Job active", WAIT, || async {
+        let job = read(&ns, "batch/v1", "Job", "nightly-running").await;
+        job.pointer("/status/active")
+            .and_then(Value::as_i64)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("status: {}", job["status"]))
+    })
+    .await;
+    let running_uid =
+        read(&ns, "batch/v1", "Job", "nightly-running").await["metadata"]["uid"].clone();
+    let done_uid = read(&ns, "batch/v1", "Job", "nightly-done").await["metadata"]["uid"].clone();
+    let _controller = Controller::start(&[&scope(&ns)]).await;
+
+    set_data(&ns, "ConfigMap", "job-config", json!({"k": "v2"})).await;
+    let hash = configmap_hash(&[("k", "v2")]);
+    wait_for("the CronJob's job template patched", WAIT, || async {
+        let cron = read(&ns, "batch/v1", "CronJob", "nightly").await;
+        match env_value(
+            &cron,
+            "/spec/jobTemplate/spec/template",
+            "STAKATER_JOB_CONFIG_CONFIGMAP",
+        ) {
+            Some(v) if v == hash => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_for("the running Job re-created", WAIT, || async {
+        let job = get(c, &ns.name, "batch/v1", "Job", "nightly-running")
+            .await
+            .ok_or("between delete and create")?;
+        (job["metadata"]["uid"] != running_uid)
+            .then_some(())
+            .ok_or_else(|| "still the old Job".to_string())
+    })
+    .await;
+    tokio::time::sleep(SETTLE).await;
+    let jobs = api_for(c, &ns.name, "batch/v1", "Job")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let names: Vec<_> = jobs
+        .items
+        .iter()
+        .filter_map(|j| j.metadata.name.clone())
+        .collect();
+    assert_eq!(names.len(), 2, "no Job created at once: {names:?}");
+    assert_eq!(
+        read(&ns, "batch/v1", "Job", "nightly-done").await["metadata"]["uid"],
+        done_uid,
+        "a Job not running is left alone"
+    );
+}
+
 #[tokio::test]
 async fn job_is_recreated_with_the_same_name_and_the_new_template() {
     let ns = TestNamespace::new("kinds-job").await;

@@ -19,6 +19,8 @@ pub struct AnnotationKeys {
     pub secret_exclude: String,
     pub spc_exclude: String,
     pub rollout_strategy: String,
+    /// CronJobs: `patch` patches the job template instead of creating a Job at once.
+    pub cronjob_reload_strategy: String,
     pub pause_period: String,
     pub paused_at: String,
     pub last_reloaded_from: String,
@@ -43,6 +45,7 @@ impl Default for AnnotationKeys {
             secret_exclude: "secrets.exclude.reloader.stakater.com/reload".into(),
             spc_exclude: "secretproviderclasses.exclude.reloader.stakater.com/reload".into(),
             rollout_strategy: "reloader.stakater.com/rollout-strategy".into(),
+            cronjob_reload_strategy: "reloader.stakater.com/cronjob-reload-strategy".into(),
             pause_period: "deployment.reloader.stakater.com/pause-period".into(),
             paused_at: "deployment.reloader.stakater.com/paused-at".into(),
             last_reloaded_from: "reloader.stakater.com/last-reloaded-from".into(),
@@ -55,7 +58,7 @@ impl AnnotationKeys {
     /// Every key, as configured: what the controller reads on workloads, pod templates and
     /// configs, and what it writes (lint flags any other key under the same domains). The
     /// destructuring makes a new field a compile error here until it is listed.
-    pub fn all(&self) -> [&str; 18] {
+    pub fn all(&self) -> [&str; 19] {
         let Self {
             auto,
             search,
@@ -71,6 +74,7 @@ impl AnnotationKeys {
             secret_exclude,
             spc_exclude,
             rollout_strategy,
+            cronjob_reload_strategy,
             pause_period,
             paused_at,
             last_reloaded_from,
@@ -91,6 +95,7 @@ impl AnnotationKeys {
             secret_exclude,
             spc_exclude,
             rollout_strategy,
+            cronjob_reload_strategy,
             pause_period,
             paused_at,
             last_reloaded_from,

@@ -13,12 +13,13 @@ use super::unknown_keys::unknown_key;
 use super::{Lint, Severity};
 
 /// Every check, as named in findings and in docs/troubleshooting.md.
-pub const CHECKS: [&str; 19] = [
+pub const CHECKS: [&str; 21] = [
     "missing-config",
     "list-matches-nothing",
     "invalid-regex",
     "invalid-pause-period",
     "invalid-rollout-strategy",
+    "invalid-cronjob-reload-strategy",
     "invalid-bool",
     "search-not-true",
     "annotation-not-read",
@@ -33,6 +34,7 @@ pub const CHECKS: [&str; 19] = [
     "unknown-annotation",
     "precise-keys-off",
     "precise-keys-whole-config",
+    "api-not-served",
 ];
 
 struct Findings<'a> {
@@ -93,6 +95,7 @@ fn annotation_findings(f: &mut Findings<'_>, annotations: &[AnnotationRead]) {
             PolicyProblem::InvalidPattern { .. } => "invalid-regex",
             PolicyProblem::InvalidPausePeriod { .. } => "invalid-pause-period",
             PolicyProblem::UnknownRolloutStrategy { .. } => "invalid-rollout-strategy",
+            PolicyProblem::UnknownCronJobReloadStrategy { .. } => "invalid-cronjob-reload-strategy",
         };
         f.push(Severity::Error, check, problem.to_string());
     }

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 use super::hash::{DELETE_MARKER, reloader_sha1_hex};
 use crate::config::{AnnotationKeys, ReloadStrategy};
 use crate::model::{ConfigKey, WorkloadKind};
+use crate::policy::CronJobReloadStrategy;
 use crate::references::choose_container;
 
 use super::naming::reload_env_var;
@@ -56,6 +57,16 @@ impl EnvPlacement {
             | WorkloadKind::DeploymentConfig => EnvPlacement::First,
             // Rollouts are updated whole, Jobs created.
             WorkloadKind::Rollout | WorkloadKind::CronJob | WorkloadKind::Job => EnvPlacement::Last,
+        }
+    }
+
+    /// Where a write of `kind` puts a new var: a CronJob patched in place
+    /// (`cronjob-reload-strategy: patch`) gets Reloader's strategic merge patch of its job
+    /// template, not a Job built from a copy.
+    pub fn of_write(kind: WorkloadKind, cronjob: CronJobReloadStrategy) -> Self {
+        match (kind, cronjob) {
+            (WorkloadKind::CronJob, CronJobReloadStrategy::Patch) => EnvPlacement::First,
+            _ => Self::of(kind),
         }
     }
 }
@@ -110,6 +121,7 @@ fn ensure_object<'a>(parent: &'a mut Value, key: &str) -> &'a mut Map<String, Va
 pub fn edit_template(
     object: &mut Value,
     kind: WorkloadKind,
+    placement: EnvPlacement,
     strategy: ReloadStrategy,
     keys: &AnnotationKeys,
     changes: &[TemplateChange],
@@ -124,7 +136,6 @@ pub fn edit_template(
     let mut edit = TemplateEdit::default();
     match strategy {
         ReloadStrategy::EnvVars => {
-            let placement = EnvPlacement::of(kind);
             for change in changes {
                 edit_env_var(template, pointer, &spec, change, placement, &mut edit);
             }
@@ -342,6 +353,7 @@ mod tests {
         edit_template(
             obj,
             WorkloadKind::Deployment,
+            EnvPlacement::First,
             strategy,
             &AnnotationKeys::default(),
             changes,
@@ -396,7 +408,16 @@ mod tests {
         for round in rounds {
             let changes: Vec<_> = round.iter().map(|(n, h)| change(n, Some(h))).collect();
             let keys = AnnotationKeys::default();
-            edit_template(&mut obj, kind, ReloadStrategy::EnvVars, &keys, &changes, 1).unwrap();
+            edit_template(
+                &mut obj,
+                kind,
+                EnvPlacement::of(kind),
+                ReloadStrategy::EnvVars,
+                &keys,
+                &changes,
+                1,
+            )
+            .unwrap();
         }
         obj.pointer(&pointer)
             .unwrap()

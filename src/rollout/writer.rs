@@ -2,7 +2,9 @@
 //! - Deployment, StatefulSet, DaemonSet, DeploymentConfig, Argo Rollout: JSON Patch of the pod
 //!   template, guarded by a `test` of the resourceVersion (optimistic concurrency);
 //! - Argo Rollout with `rollout-strategy: restart`: `spec.restartAt`;
-//! - CronJob: never modified; a Job is created from its template;
+//! - CronJob: never modified; a Job is created from its template; with
+//!   `cronjob-reload-strategy: patch`, a JSON Patch of its job template and its running Jobs
+//!   re-created;
 //! - Job: deleted and re-created with the same name and the new template.
 
 use std::collections::BTreeMap;
@@ -23,8 +25,13 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::config::{AnnotationKeys, Settings};
 use crate::index::ReverseIndex;
 use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
-use crate::policy::{RolloutStrategy, pause_period_of, rollout_strategy_of};
-use crate::reloader_format::template::{TemplateChange, edit_template, json_patch_ops};
+use crate::policy::{
+    CronJobReloadStrategy, RolloutStrategy, cronjob_reload_strategy_of, pause_period_of,
+    rollout_strategy_of,
+};
+use crate::reloader_format::template::{
+    EnvPlacement, TemplateChange, edit_template, json_patch_ops,
+};
 use crate::resources::{api_resource, workload_reference};
 use crate::shard::Ownership;
 
@@ -184,13 +191,15 @@ impl KubeWriter {
         now: jiff::Timestamp,
     ) -> Result<Step, WriteError> {
         let mut reread = false;
-        let (mut value, edit) = loop {
+        let (mut value, edit, cronjob) = loop {
             let (object, template_changes) = &read;
             let mut value =
                 serde_json::to_value(object).map_err(|e| WriteError::Permanent(e.to_string()))?;
+            let cronjob = self.cronjob_strategy(&object.metadata);
             let edit = edit_template(
                 &mut value,
                 key.kind,
+                EnvPlacement::of_write(key.kind, cronjob),
                 self.settings.strategy,
                 self.keys(),
                 template_changes,
@@ -202,7 +211,7 @@ impl KubeWriter {
                 return Ok(Step::Done(WriteOutcome::UpToDate));
             }
             if turn.take().await < REREAD_AFTER_WAIT || reread {
-                break (value, edit);
+                break (value, edit, cronjob);
             }
             reread = true;
             read = match self.read_for_write(api, key, changes).await? {
@@ -211,6 +220,11 @@ impl KubeWriter {
             };
         };
         match key.kind {
+            WorkloadKind::CronJob if cronjob == CronJobReloadStrategy::Patch => {
+                self.patch_template(key, &mut value, &edit.touched, now)
+                    .await?;
+                self.recreate_running_jobs(key, &value).await?;
+            }
             WorkloadKind::CronJob => self.create_job_from_cronjob(key, &value).await?,
             WorkloadKind::Job => self.recreate_job(key, value).await?,
             _ => {
@@ -248,6 +262,11 @@ impl KubeWriter {
                 )
                 .await;
         }
+    }
+
+    fn cronjob_strategy(&self, meta: &ObjectMeta) -> CronJobReloadStrategy {
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        cronjob_reload_strategy_of(self.keys(), &annotations).0
     }
 
     fn rollout_strategy(&self, meta: &ObjectMeta) -> RolloutStrategy {
@@ -369,6 +388,44 @@ impl KubeWriter {
         jobs.create(&PostParams::default(), &job)
             .await
             .map_err(classify)?;
+        Ok(())
+    }
+
+    /// After a CronJob's job template was patched: its Jobs still running are re-created (with
+    /// their own spec, as Reloader does), so what runs now reads the new value too. Skipped when
+    /// Jobs are not handled (`--ignored-workload-types=jobs`).
+    async fn recreate_running_jobs(
+        &self,
+        key: &WorkloadKey,
+        cronjob: &Value,
+    ) -> Result<(), WriteError> {
+        if !self.settings.handles_workload(WorkloadKind::Job) {
+            return Ok(());
+        }
+        let uid = cronjob.pointer("/metadata/uid").and_then(Value::as_str);
+        let jobs: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &api_resource(WorkloadKind::Job),
+        );
+        let listed = jobs.list(&Default::default()).await.map_err(classify)?;
+        for job in listed.items {
+            let owned =
+                job.metadata.owner_references.iter().flatten().any(|o| {
+                    o.kind == "CronJob" && o.name == *key.name && Some(o.uid.as_str()) == uid
+                });
+            let active = job.data.pointer("/status/active").and_then(Value::as_i64);
+            let Some(name) = job.metadata.name.clone() else {
+                continue;
+            };
+            if owned && active.is_some_and(|n| n > 0) {
+                let job_key = WorkloadKey::new(WorkloadKind::Job, &key.namespace, &name);
+                let value =
+                    serde_json::to_value(&job).map_err(|e| WriteError::Permanent(e.to_string()))?;
+                self.recreate_job(&job_key, value).await?;
+                info!(workload = %key, job = name, "running Job of a patched CronJob re-created");
+            }
+        }
         Ok(())
     }
 

@@ -180,9 +180,16 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
   resources: [deployments, daemonsets, statefulsets]
   verbs: [get, list, watch, patch]
 {{- if not $v.ignoreCronJobs }}
+# patch: a CronJob annotated cronjob-reload-strategy: patch has its job template patched.
 - apiGroups: [batch]
   resources: [cronjobs]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
+# The Job a CronJob reload creates is owned by the CronJob with blockOwnerDeletion, which the
+# OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift) allows only to who may
+# update the CronJob's finalizers.
+- apiGroups: [batch]
+  resources: [cronjobs/finalizers]
+  verbs: [update]
 {{- end }}
 {{- if not $v.ignoreJobs }}
 - apiGroups: [batch]
