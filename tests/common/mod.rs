@@ -254,7 +254,9 @@ impl Controller {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-reloader"));
         cmd.args(args)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"));
-        if !args.iter().any(|a| a.starts_with("--health-addr")) {
+        let health_given = args.iter().any(|a| a.starts_with("--health-addr"))
+            || env.iter().any(|(k, _)| *k == "HEALTH_ADDR");
+        if !health_given {
             cmd.arg(format!("--health-addr=127.0.0.1:{health_port}"));
         }
         cmd.env("KUBECONFIG", kubeconfig_path())
