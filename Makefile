@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test reloader-chart-tests observe observe-down rules-test
+.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test chart-unittest reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -183,6 +183,10 @@ image-test:
 chart-test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
 	cargo test --locked --test chart --test rbac
+
+## This chart's own helm-unittest suites (deployments/kubernetes/chart/kube-reloader/tests).
+chart-unittest:
+	@bin=$$(bash hack/helm-unittest.sh | tail -n1); "$$bin/helm-unittest" --color=false deployments/kubernetes/chart/kube-reloader
 
 ## stakater/Reloader's own chart unit tests (helm-unittest, built once by hack/helm-unittest.sh)
 ## against this chart, read at run time from a Reloader git repository (never copied here):

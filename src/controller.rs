@@ -118,6 +118,8 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .then(|| parse_listen_addr(&flags.pprof_addr))
         .transpose()
         .with_context(|| format!("--pprof-addr: '{}' is not host:port", flags.pprof_addr))?;
+    let health_addr = crate::http::parse_health_addr(&flags.health_addr)
+        .with_context(|| format!("--health-addr: '{}' is not host:port", flags.health_addr))?;
     let started = start(flags).await?;
     let ownership = ownership_for(&started.settings, &started.selector);
     let shard_link = join_replica_set(&started.client, &started.settings, &ownership);
@@ -148,7 +150,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             waves: engine.wave_runner().cloned(),
         }),
     });
-    let admin_server = serve_admin(metrics_addr, pprof_addr, admin);
+    let admin_server = serve_admin(metrics_addr, health_addr, pprof_addr, admin);
     let leader_lock = started.leader_lock;
     let (leading, lead) = tokio::sync::watch::channel(leader_lock.is_none());
     let tasks = CriticalTasks {
@@ -376,9 +378,12 @@ async fn publish_wave_notices(
     }
 }
 
-/// The admin endpoint (a critical task) and, with `--enable-pprof`, the profiling endpoint.
+/// The admin endpoint and the probe server of `--health-addr` (one critical task: either one
+/// stopping, e.g. its port taken, ends the process, as Reloader's manager does) and, with
+/// `--enable-pprof`, the profiling endpoint.
 fn serve_admin(
     metrics_addr: std::net::SocketAddr,
+    health_addr: Option<std::net::SocketAddr>,
     pprof_addr: Option<std::net::SocketAddr>,
     admin: Arc<AdminState>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
@@ -389,7 +394,17 @@ fn serve_admin(
             }
         });
     }
-    tokio::spawn(crate::http::serve(metrics_addr, admin))
+    tokio::spawn(async move {
+        match health_addr {
+            None => crate::http::serve(metrics_addr, admin).await,
+            Some(addr) => {
+                tokio::select! {
+                    r = crate::http::serve(metrics_addr, admin.clone()) => r,
+                    r = crate::http::serve_health(addr, admin) => r,
+                }
+            }
+        }
+    })
 }
 
 /// Acquires the leader Lease, lets the watches start, and holds it until it is lost.

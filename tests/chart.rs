@@ -484,6 +484,119 @@ fn enable_ha_keeps_reloaders_meaning_with_leases_and_pod_identity() {
     );
 }
 
+/// Reloader's #1206 values: `reloader.leaderElection.*` become its `--leader-election-*` flags,
+/// each only when set and only with enableHA, as Reloader's chart renders them (aliases of the
+/// Lease timings here: with sharding on too, a timing set there replaces sharding's flag).
+#[test]
+fn reloaders_leader_election_values_render_its_flags_with_enable_ha_only() {
+    let le = json!({"leaseDuration": "30s", "renewDeadline": "20s", "retryPeriod": "4s"});
+    let all = [
+        "--leader-election-lease-duration=30s",
+        "--leader-election-renew-deadline=20s",
+        "--leader-election-retry-period=4s",
+    ];
+    let objects = render(json!({"reloader": {"enableHA": true, "leaderElection": le}}));
+    for arg in all {
+        assert!(has_arg(&objects, arg), "{arg}: {:?}", args(&objects));
+    }
+    let objects = render(json!({"reloader": {"enableHA": true,
+        "leaderElection": {"leaseDuration": "30s"}}}));
+    assert!(has_arg(&objects, all[0]));
+    assert!(arg_with_prefix(&objects, "--leader-election-renew-deadline").is_none());
+    assert!(arg_with_prefix(&objects, "--leader-election-retry-period").is_none());
+    let objects = render(json!({"reloader": {"enableHA": false, "leaderElection": le}}));
+    assert!(arg_with_prefix(&objects, "--leader-election").is_none());
+    // The defaults (empty) and null render nothing but --enable-ha.
+    for le in [json!(null), json!({}), json!({"leaseDuration": ""})] {
+        let objects = render(json!({"reloader": {"enableHA": true, "leaderElection": le}}));
+        assert!(has_arg(&objects, "--enable-ha=true"), "{le}");
+        assert!(
+            arg_with_prefix(&objects, "--leader-election").is_none(),
+            "{le}"
+        );
+    }
+    // Sharding on as well: one flag per timing, Reloader's where it is set.
+    let objects = render(
+        json!({"reloader": {"enableHA": true, "deployment": {"replicas": 2},
+        "leaderElection": {"leaseDuration": "30s"}}}),
+    );
+    let got = args(&objects);
+    assert!(has_arg(&objects, "--sharding=true"), "{got:?}");
+    assert!(has_arg(&objects, all[0]), "{got:?}");
+    assert!(
+        arg_with_prefix(&objects, "--lease-duration").is_none(),
+        "{got:?}"
+    );
+    assert!(has_arg(&objects, "--renew-deadline=10s"), "{got:?}");
+    assert!(has_arg(&objects, "--retry-period=2s"), "{got:?}");
+}
+
+/// Reloader's chart 3.0 adds five `custom_annotations` keys; each renders the flag that chart
+/// renders for it (as `--flag=value`, one argument, like the other annotation flags here).
+#[test]
+fn reloader_chart_3_custom_annotations_render_their_flags() {
+    let objects = render(json!({"reloader": {"custom_annotations": {
+        "configmap_exclude": "acme.io/cm-exclude",
+        "secret_exclude": "acme.io/secret-exclude",
+        "secretproviderclass": "acme.io/spc",
+        "secretproviderclass_auto": "acme.io/spc-auto",
+        "secretproviderclass_exclude": "acme.io/spc-exclude"}}}));
+    for arg in [
+        "--configmap-exclude-annotation=acme.io/cm-exclude",
+        "--secret-exclude-annotation=acme.io/secret-exclude",
+        "--secretproviderclass-annotation=acme.io/spc",
+        "--secretproviderclass-auto-annotation=acme.io/spc-auto",
+        "--secretproviderclass-exclude-annotation=acme.io/spc-exclude",
+    ] {
+        assert!(has_arg(&objects, arg), "{arg}: {:?}", args(&objects));
+    }
+}
+
+/// A values file written for Reloader's chart 3.0.0-beta (its keys for the enterprise console
+/// and gateway included) installs: the schema accepts it, nothing of those keys is rendered, and
+/// the keys kube-reloader knows keep their meaning. NOTES.txt names the ignored keys (the helm
+/// unittest suite in the chart's tests/ checks that text).
+#[test]
+fn a_values_file_for_reloaders_chart_3_installs() {
+    let values = json!({
+        "global": {"imageRegistry": "", "imagePullSecrets": [], "host": "",
+                   "gatewayBasePath": "/gateway", "ingressScheme": "https"},
+        "kubernetes": {"host": "https://kubernetes.default"},
+        "nameOverride": "", "fullnameOverride": "",
+        "image": {"name": "stakater/reloader", "repository": "ghcr.io/kube-reloader/kube-reloader",
+                  "tag": "", "pullPolicy": "IfNotPresent"},
+        "enterprise": {"enabled": false, "console": {"enabled": true},
+                       "gateway": {"enabled": true, "dragonfly": {"enabled": true}},
+                       "dragonfly": {"fullnameOverride": "reloader-enterprise-dragonfly"}},
+        "reloader": {
+            "autoReloadAll": false, "watchGlobally": true, "namespaces": [], "enableHA": false,
+            "leaderElection": {"leaseDuration": "", "renewDeadline": "", "retryPeriod": ""},
+            "deployment": {"labels": {"provider": "stakater", "group": "com.stakater.platform",
+                                      "version": "v1.4.19"}},
+            "custom_annotations": {
+                "configmap_exclude": "my.company.com/configmap-exclude",
+                "secretproviderclass_auto": "my.company.com/secretproviderclass-auto"}
+        }
+    });
+    let objects = render(values);
+    let mut plain = kinds(&render(json!({})));
+    plain.sort();
+    let mut got = kinds(&objects);
+    got.sort();
+    assert_eq!(
+        got, plain,
+        "no object of the enterprise components is rendered"
+    );
+    assert!(has_arg(
+        &objects,
+        "--configmap-exclude-annotation=my.company.com/configmap-exclude"
+    ));
+    assert_eq!(
+        container(&objects)["image"],
+        "ghcr.io/kube-reloader/kube-reloader:0.1.0"
+    );
+}
+
 // ---- workload kinds and RBAC that follows them -------------------------------------------------
 
 #[test]
@@ -1110,6 +1223,14 @@ fn schema_rejects_typos_and_wrong_types_with_the_path_in_the_message() {
             json!({"reloader": {"custom_annotations": {"autoo": "x"}}}),
             "additional properties 'autoo' not allowed",
         ),
+        (
+            json!({"reloader": {"leaderElection": {"leaseDuration": "30"}}}),
+            "at '/reloader/leaderElection/leaseDuration'",
+        ),
+        (
+            json!({"reloader": {"leaderElection": {"leaseDurations": "30s"}}}),
+            "additional properties 'leaseDurations' not allowed",
+        ),
         // The Service's IP families, as Reloader's chart constrains them.
         (
             json!({"reloader": {"service": {"ipFamilyPolicy": "DualStack"}}}),
@@ -1371,6 +1492,12 @@ fn every_rendered_flag_is_accepted_by_the_binary() {
             "custom_annotations": {"configmap": "a/cm", "secret": "a/s", "configmap_auto": "a/ca",
                 "secret_auto": "a/sa", "search": "a/search", "match": "a/match", "ignore": "a/i",
                 "pausePeriod": "a/p"}}}),
+        // Reloader's newer values: #1206's timings (with sharding on too) and chart 3.0's keys.
+        json!({"reloader": {"enableHA": true, "deployment": {"replicas": 2},
+            "leaderElection": {"leaseDuration": "30s", "renewDeadline": "20s", "retryPeriod": "4s"},
+            "custom_annotations": {"configmap_exclude": "a/ce", "secret_exclude": "a/se",
+                "secretproviderclass": "a/spc", "secretproviderclass_auto": "a/spca",
+                "secretproviderclass_exclude": "a/spce"}}}),
     ] {
         let args = args(&render(values.clone()));
         // clap reads every argument before acting on --help: an unknown flag, a repeated one or a

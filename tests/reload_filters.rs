@@ -381,6 +381,42 @@ async fn annotation_override_flags_replace_the_default_keys() {
     }
 }
 
+/// Reloader v2's `--configmap-exclude-annotation` (here from its environment variable, as v2
+/// reads every flag) replaces the exclude key: a workload excluding the config under the new key
+/// is not reloaded, one using the default key is (the default no longer counts).
+#[tokio::test]
+async fn exclude_annotation_flags_replace_the_default_exclude_key() {
+    let ns = TestNamespace::new("flt-exclude-keys").await;
+    let c = &ns.client;
+    create(c, &ns.name, configmap("cfg", json!({"k": "v1"}))).await;
+    let reads_cfg = || env_from_configs(&["cfg"], &[]);
+    for (name, annotations) in [
+        ("custom-exclude", json!({"example.com/cm-exclude": "cfg"})),
+        (
+            "default-exclude",
+            json!({"configmaps.exclude.reloader.stakater.com/reload": "cfg"}),
+        ),
+    ] {
+        create(c, &ns.name, auto_deployment(name, annotations, reads_cfg())).await;
+    }
+    let _controller = Controller::start_with_env(
+        &[&format!("--namespaces={}", ns.name)],
+        &[("CONFIGMAP_EXCLUDE_ANNOTATION", "example.com/cm-exclude")],
+    )
+    .await;
+
+    change_cfg(&ns, "v2").await;
+    let hash = configmap_hash(&[("k", "v2")]);
+    // The canary: the same change reached the workload using the default key.
+    wait_for_env_state(c, &ns.name, "default-exclude", VAR, Some(&hash), 15).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        deployment_env(c, &ns.name, "custom-exclude", VAR).await,
+        None,
+        "excluded under the configured key"
+    );
+}
+
 /// One HTTP request as the test receiver saw it.
 #[derive(Debug)]
 struct ReceivedRequest {

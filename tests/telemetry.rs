@@ -319,6 +319,84 @@ async fn alerts_go_through_the_configured_proxy() {
     assert_eq!(req.target, "http://alerts.example.invalid/hook");
 }
 
+/// Reloader v2's alert settings: `ALERT_STRUCTURED` sends its JSON body on the raw webhook sink
+/// (`raw`, v2's name for it), and `ALERT_PROXY` is the proxy, winning over v1's
+/// `ALERT_WEBHOOK_PROXY`.
+#[tokio::test]
+async fn structured_alerts_and_alert_proxy_are_reloader_v2s() {
+    let receiver = Receiver::start(Reply::Status(200)).await;
+    let ns = setup("telemetry-structured").await;
+    let url = receiver.url("/hook");
+    let controller = Controller::start_with_env(
+        &[&format!("--namespaces={}", ns.name)],
+        &[
+            ("ALERT_ON_RELOAD", "true"),
+            ("ALERT_SINK", "raw"),
+            ("ALERT_WEBHOOK_URL", url.as_str()),
+            ("ALERT_STRUCTURED", "true"),
+            ("ALERT_ADDITIONAL_INFO", "cluster-a"),
+        ],
+    )
+    .await;
+    change_and_wait(&ns, "v2").await;
+    let req = wait_for("the alert", Duration::from_secs(10), || async {
+        receiver
+            .requests()
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no request yet".to_string())
+    })
+    .await;
+    assert!(
+        req.header("content-type")
+            .unwrap_or_default()
+            .starts_with("application/json")
+    );
+    let mut body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+    let timestamp = body["timestamp"].take();
+    assert!(
+        timestamp
+            .as_str()
+            .is_some_and(|t| t.parse::<jiff::Timestamp>().is_ok()),
+        "{timestamp}"
+    );
+    assert_eq!(
+        body,
+        json!({"event": "reload", "workloadKind": "Deployment", "workloadName": "web",
+            "workloadNamespace": ns.name, "resourceKind": "ConfigMap",
+            "resourceName": "app-config", "resourceNamespace": ns.name,
+            "timestamp": null, "additional": "cluster-a"})
+    );
+    controller.stop().await;
+
+    let proxy = Receiver::start(Reply::Status(200)).await;
+    let proxy_url = proxy.url("");
+    let _controller = Controller::start_with_env(
+        &[&format!("--namespaces={}", ns.name)],
+        &[
+            ("ALERT_ON_RELOAD", "true"),
+            ("ALERT_WEBHOOK_URL", "http://alerts.example.invalid/hook"),
+            ("ALERT_PROXY", &proxy_url),
+            ("ALERT_WEBHOOK_PROXY", "http://127.0.0.1:1"),
+        ],
+    )
+    .await;
+    change_and_wait(&ns, "v3").await;
+    let req = wait_for(
+        "the alert at ALERT_PROXY",
+        Duration::from_secs(10),
+        || async {
+            proxy
+                .requests()
+                .into_iter()
+                .next()
+                .ok_or_else(|| "nothing at the proxy".to_string())
+        },
+    )
+    .await;
+    assert_eq!(req.target, "http://alerts.example.invalid/hook");
+}
+
 #[tokio::test]
 async fn a_failing_or_hung_alert_receiver_does_not_slow_reloads() {
     for reply in [Reply::Status(500), Reply::Hang] {

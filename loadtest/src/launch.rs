@@ -261,7 +261,7 @@ fn replica_cmds(
             ("scenario_flags", scenario_flags.clone()),
             ("kubeconfig", kubeconfig.display().to_string()),
         ]);
-        let (file, pod_env, name) = match lease_ns {
+        let (file, mut pod_env, name) = match lease_ns {
             Some(ns) => {
                 let me = sharded::replica_name(&env.run_id, i);
                 let pod_env = vec![
@@ -272,6 +272,9 @@ fn replica_cmds(
             }
             None => (env.name.clone(), vec![], None),
         };
+        // No probe server (`--health-addr`, default :8080): replicas on one host would all want
+        // that port. An environment variable, so a controller without the flag ignores it.
+        pod_env.push(("HEALTH_ADDR".into(), "0".into()));
         let log_path = env.results_dir.join(format!("{file}.controller.log"));
         let _ = std::fs::remove_file(&log_path);
         replicas.push(ReplicaCmd {

@@ -20,7 +20,7 @@ use crate::config::{NamespaceScope, Settings};
 use crate::model::{ConfigKind, WorkloadKind};
 
 /// The Lease `--enable-ha` campaigns on (Reloader's name).
-pub const LEADER_LOCK: &str = "stakater-reloader-lock";
+pub const LEADER_LOCK: &str = crate::shard::DEFAULT_LEADER_LEASE;
 /// Reloader's ConfigMap of build and option info.
 pub const META_INFO: &str = "reloader-meta-info";
 use crate::waves::HALTS_CONFIGMAP;
@@ -337,6 +337,16 @@ fn cluster_rules(settings: &Settings, out: &mut Vec<Requirement>) {
 }
 
 /// Sharding needs the member Leases, the assignment and the namespace universe; plain
+/// The leader Lease's name as a rule names it. Rules name objects by `&'static str`; a name other
+/// than the default comes from `--leader-election-id`, read once per process, so it is kept for
+/// the life of the process.
+fn leader_lease_name(name: &str) -> &'static str {
+    match name {
+        LEADER_LOCK => LEADER_LOCK,
+        other => Box::leak(other.to_owned().into_boxed_str()),
+    }
+}
+
 /// `--enable-ha` prefers the same protocol and falls back to the leader Lease alone.
 fn replica_set_rules(settings: &Settings, out: &mut Vec<Requirement>) {
     let Some(shard) = &settings.shard else {
@@ -356,7 +366,7 @@ fn replica_set_rules(settings: &Settings, out: &mut Vec<Requirement>) {
     };
     for verb in ["get", "create", "update"] {
         out.push(Requirement {
-            rule: rule("leases", verb, Some(LEADER_LOCK)),
+            rule: rule("leases", verb, Some(leader_lease_name(&shard.leader_lease))),
             need: Need::Required,
         });
     }

@@ -77,6 +77,58 @@ pub fn payload(sink: AlertSink, text: &str) -> (&'static str, String) {
     }
 }
 
+/// The Kubernetes kind of a config, as Reloader v2's structured alerts name it.
+fn config_kind_name(config: &ConfigKey) -> &'static str {
+    match config.kind {
+        crate::model::ConfigKind::ConfigMap => "ConfigMap",
+        crate::model::ConfigKind::Secret => "Secret",
+        crate::model::ConfigKind::SecretProviderClass => "SecretProviderClass",
+    }
+}
+
+/// `ALERT_STRUCTURED` (`--alert-structured`) on the raw webhook sink: Reloader v2's JSON body
+/// for a reload, with the time in RFC 3339 (UTC).
+pub fn structured_reload(
+    config: &ConfigKey,
+    workload: &WorkloadKey,
+    additional_info: Option<&str>,
+    at: jiff::Timestamp,
+) -> String {
+    let mut body = json!({
+        "event": "reload",
+        "workloadKind": workload.kind.as_str(),
+        "workloadName": workload.name.as_ref() as &str,
+        "workloadNamespace": workload.namespace.as_ref() as &str,
+        "resourceKind": config_kind_name(config),
+        "resourceName": config.name.as_ref() as &str,
+        "resourceNamespace": config.namespace.as_ref() as &str,
+        "timestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    if let Some(info) = additional_info.filter(|i| !i.is_empty()) {
+        body["additional"] = json!(info);
+    }
+    body.to_string()
+}
+
+/// A structured alert that is not a reload (kube-reloader's own: a failed reload, the churn
+/// breaker, a halted wave): the same envelope, with the text as `message`.
+fn structured_other(
+    event: &str,
+    text: &str,
+    additional_info: Option<&str>,
+    at: jiff::Timestamp,
+) -> String {
+    let mut body = json!({
+        "event": event,
+        "message": text.replace('*', ""),
+        "timestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    if let Some(info) = additional_info.filter(|i| !i.is_empty()) {
+        body["additional"] = json!(info);
+    }
+    body.to_string()
+}
+
 /// Alert settings from Reloader's environment variables.
 #[derive(Debug, Clone)]
 pub struct AlertConfig {
@@ -84,6 +136,8 @@ pub struct AlertConfig {
     pub url: String,
     pub proxy: Option<String>,
     pub additional_info: Option<String>,
+    /// `ALERT_STRUCTURED`: JSON instead of plain text on the raw webhook sink.
+    pub structured: bool,
 }
 
 impl AlertConfig {
@@ -106,6 +160,8 @@ impl AlertConfig {
                 .map(|p| p.trim().to_string())
                 .filter(|p| !p.is_empty()),
             additional_info: get("ALERT_ADDITIONAL_INFO"),
+            structured: get("ALERT_STRUCTURED")
+                .is_some_and(|v| crate::go_values::parse_go_bool(v.trim()) == Ok(true)),
         })
     }
 }
@@ -124,24 +180,58 @@ impl Alerter {
     }
 
     pub fn reloaded(&self, config: &ConfigKey, workload: &WorkloadKey) {
-        let text = alert_text(config, workload, self.config.additional_info.as_deref());
-        self.send(text, "reload alert");
+        let info = self.config.additional_info.as_deref();
+        if self.structured() {
+            let body = structured_reload(config, workload, info, jiff::Timestamp::now());
+            return self.post_json(body, "reload alert");
+        }
+        self.send(alert_text(config, workload, info), "reload alert");
     }
 
     /// A reload that keeps failing (or cannot succeed), with the error.
     pub fn failed(&self, workload: &WorkloadKey, error: &str) {
+        if self.structured() {
+            let text = failure_text(workload, error, None);
+            return self.send_structured("reload-failed", &text, "reload failure alert");
+        }
         let text = failure_text(workload, error, self.config.additional_info.as_deref());
         self.send(text, "reload failure alert");
     }
 
     /// The churn breaker opened or closed on a config.
     pub fn churn_breaker(&self, text: &str) {
+        if self.structured() {
+            return self.send_structured("churn-breaker", text, "churn breaker alert");
+        }
         self.send(self.with_info(text), "churn breaker alert");
     }
 
     /// A change rolled in waves halted (or its halt was released).
     pub fn wave_halt(&self, text: &str) {
+        if self.structured() {
+            return self.send_structured("reload-halt", text, "reload halt alert");
+        }
         self.send(self.with_info(text), "reload halt alert");
+    }
+
+    /// Structured bodies only on the raw webhook sink, as in Reloader v2 (chat sinks keep theirs).
+    fn structured(&self) -> bool {
+        self.config.structured && self.config.sink == AlertSink::Webhook
+    }
+
+    fn send_structured(&self, event: &str, text: &str, what: &'static str) {
+        let info = self.config.additional_info.as_deref();
+        let body = structured_other(event, text, info, jiff::Timestamp::now());
+        self.post_json(body, what);
+    }
+
+    fn post_json(&self, body: String, what: &'static str) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.poster
+                .post(&this.config.url, "application/json", body, what)
+                .await;
+        });
     }
 
     fn with_info(&self, text: &str) -> String {
@@ -207,5 +297,43 @@ mod tests {
         assert_eq!(c.sink, AlertSink::Slack);
         assert!(AlertConfig::from_vars(|_| None).is_none());
         assert_eq!(AlertSink::parse("unknown"), AlertSink::Webhook);
+        assert!(!c.structured);
+        let env: HashMap<&str, &str> = [
+            ("ALERT_ON_RELOAD", "true"),
+            ("ALERT_WEBHOOK_URL", "http://x"),
+            ("ALERT_STRUCTURED", "true"),
+        ]
+        .into();
+        let c = AlertConfig::from_vars(|k| env.get(k).map(|s| s.to_string())).unwrap();
+        assert!(c.structured && c.sink == AlertSink::Webhook);
+    }
+
+    /// Reloader v2's structured raw-webhook body (`--alert-structured`), field for field.
+    #[test]
+    fn structured_reload_alert_has_reloader_v2_fields() {
+        let at: jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+        let body = structured_reload(
+            &ConfigKey::new(ConfigKind::Secret, "ns", "db"),
+            &WorkloadKey::new(WorkloadKind::StatefulSet, "apps", "pg"),
+            Some("prod"),
+            at,
+        );
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"event": "reload", "workloadKind": "StatefulSet", "workloadName": "pg",
+                "workloadNamespace": "apps", "resourceKind": "Secret", "resourceName": "db",
+                "resourceNamespace": "ns", "timestamp": "2026-01-02T03:04:05Z",
+                "additional": "prod"})
+        );
+        let v: serde_json::Value = serde_json::from_str(&structured_reload(
+            &ConfigKey::new(ConfigKind::ConfigMap, "ns", "c"),
+            &WorkloadKey::new(WorkloadKind::Deployment, "ns", "w"),
+            None,
+            at,
+        ))
+        .unwrap();
+        assert!(v.get("additional").is_none(), "{v}");
+        assert_eq!(v["resourceKind"], "ConfigMap");
     }
 }

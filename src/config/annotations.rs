@@ -114,6 +114,11 @@ impl AnnotationKeys {
             secret_reload: f.secret_annotation.clone(),
             configmap_auto: f.configmap_auto_annotation.clone(),
             secret_auto: f.secret_auto_annotation.clone(),
+            configmap_exclude: f.configmap_exclude_annotation.clone(),
+            secret_exclude: f.secret_exclude_annotation.clone(),
+            spc_reload: f.secretproviderclass_annotation.clone(),
+            spc_auto: f.secretproviderclass_auto_annotation.clone(),
+            spc_exclude: f.secretproviderclass_exclude_annotation.clone(),
             pause_period: f.pause_deployment_annotation.clone(),
             paused_at: f.pause_deployment_time_annotation.clone(),
             ..Self::default()

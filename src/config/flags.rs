@@ -28,27 +28,27 @@ pub const DEFAULT_IGNORED_SECRET_TYPES: &str = "helm.sh/release.v1";
 #[command(name = "kube-reloader", version, about)]
 pub struct Flags {
     /// Reload every workload that references a changed config unless it opts out with auto: "false".
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, env = "AUTO_RELOAD_ALL", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub auto_reload_all: bool,
 
     /// How a reload is written: env-vars or annotations.
-    #[arg(long, default_value = "env-vars")]
+    #[arg(long, env = "RELOAD_STRATEGY", default_value = "env-vars")]
     pub reload_strategy: String,
 
     /// Also reload when a referenced config is created.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, env = "RELOAD_ON_CREATE", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub reload_on_create: bool,
 
     /// Also reload when a referenced config is deleted.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, env = "RELOAD_ON_DELETE", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub reload_on_delete: bool,
 
     /// With --reload-on-create, treat the configs found at start as created.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, env = "SYNC_AFTER_RESTART", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub sync_after_restart: bool,
 
     /// Only watch these namespaces (comma list).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
 
     /// Single-namespace mode, as Reloader (used when --namespaces is empty).
@@ -60,85 +60,179 @@ pub struct Flags {
     pub kubernetes_namespace: Option<String>,
 
     /// Only namespaces whose labels match (`k=v`, `k:v`, `k:*`, `k in (a,b)`).
-    #[arg(long)]
+    #[arg(long, env = "NAMESPACE_SELECTOR")]
     pub namespace_selector: Vec<String>,
 
     /// Only ConfigMaps and Secrets whose labels match.
-    #[arg(long)]
+    #[arg(long, env = "RESOURCE_LABEL_SELECTOR")]
     pub resource_label_selector: Vec<String>,
 
     /// Namespaces never watched (comma list).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "NAMESPACES_TO_IGNORE", value_delimiter = ',')]
     pub namespaces_to_ignore: Vec<String>,
 
     /// configmaps or secrets: that type is not watched.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "RESOURCES_TO_IGNORE", value_delimiter = ',')]
     pub resources_to_ignore: Vec<String>,
 
     /// jobs and/or cronjobs: those workload types are never reloaded.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_delimiter = ',')]
     pub ignored_workload_types: Vec<String>,
 
     /// Roll Argo Rollouts (argoproj.io/v1alpha1).
-    #[arg(long = "is-Argo-Rollouts", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long = "is-Argo-Rollouts", env = "IS_ARGO_ROLLOUTS", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub is_argo_rollouts: bool,
 
-    /// Roll OpenShift DeploymentConfigs (apps.openshift.io/v1).
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    /// Roll OpenShift DeploymentConfigs (apps.openshift.io/v1). `auto` (or empty), Reloader v2's
+    /// word for "detect the API", is false here: DeploymentConfigs are rolled whenever the API is
+    /// served anyway.
+    #[arg(long, env = "IS_OPENSHIFT", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_openshift)]
     pub is_openshift: bool,
 
-    /// Leader election through the Lease `stakater-reloader-lock`.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    /// Leader election through the Lease `--leader-election-id`.
+    #[arg(long, env = "ENABLE_HA", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub enable_ha: bool,
 
     /// Watch SecretProviderClassPodStatus (Secrets Store CSI driver).
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, env = "ENABLE_CSI_INTEGRATION", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub enable_csi_integration: bool,
 
     /// POST here instead of rolling workloads.
-    #[arg(long)]
+    #[arg(long, env = "WEBHOOK_URL")]
     pub webhook_url: Option<String>,
 
     /// Log format: empty for text, or json.
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "LOG_FORMAT", default_value = "")]
     pub log_format: String,
 
     /// Log level: trace, debug, info, warning, error, fatal, panic.
-    #[arg(long, default_value = "info")]
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 
     /// Serve CPU profiles on --pprof-addr.
-    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, env = "ENABLE_PPROF", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub enable_pprof: bool,
 
-    #[arg(long, default_value = ":6060")]
+    #[arg(long, env = "PPROF_ADDR", default_value = ":6060")]
     pub pprof_addr: String,
 
-    #[arg(long, default_value = "reloader.stakater.com/auto")]
+    #[arg(
+        long,
+        env = "AUTO_ANNOTATION",
+        default_value = "reloader.stakater.com/auto"
+    )]
     pub auto_annotation: String,
-    #[arg(long, default_value = "configmap.reloader.stakater.com/reload")]
+    #[arg(
+        long,
+        env = "CONFIGMAP_ANNOTATION",
+        default_value = "configmap.reloader.stakater.com/reload"
+    )]
     pub configmap_annotation: String,
-    #[arg(long, default_value = "secret.reloader.stakater.com/reload")]
+    #[arg(
+        long,
+        env = "SECRET_ANNOTATION",
+        default_value = "secret.reloader.stakater.com/reload"
+    )]
     pub secret_annotation: String,
-    #[arg(long, default_value = "configmap.reloader.stakater.com/auto")]
+    #[arg(
+        long,
+        env = "CONFIGMAP_AUTO_ANNOTATION",
+        default_value = "configmap.reloader.stakater.com/auto"
+    )]
     pub configmap_auto_annotation: String,
-    #[arg(long, default_value = "secret.reloader.stakater.com/auto")]
+    #[arg(
+        long,
+        env = "SECRET_AUTO_ANNOTATION",
+        default_value = "secret.reloader.stakater.com/auto"
+    )]
     pub secret_auto_annotation: String,
-    #[arg(long, default_value = "reloader.stakater.com/search")]
+    #[arg(
+        long,
+        env = "AUTO_SEARCH_ANNOTATION",
+        default_value = "reloader.stakater.com/search"
+    )]
     pub auto_search_annotation: String,
-    #[arg(long, default_value = "reloader.stakater.com/match")]
+    #[arg(
+        long,
+        env = "SEARCH_MATCH_ANNOTATION",
+        default_value = "reloader.stakater.com/match"
+    )]
     pub search_match_annotation: String,
-    #[arg(long, default_value = "reloader.stakater.com/ignore")]
+    #[arg(
+        long,
+        env = "IGNORE_ANNOTATION",
+        default_value = "reloader.stakater.com/ignore"
+    )]
     pub ignore_annotation: String,
-    #[arg(long, default_value = "deployment.reloader.stakater.com/pause-period")]
+    #[arg(
+        long,
+        env = "PAUSE_DEPLOYMENT_ANNOTATION",
+        default_value = "deployment.reloader.stakater.com/pause-period"
+    )]
     pub pause_deployment_annotation: String,
-    #[arg(long, default_value = "deployment.reloader.stakater.com/paused-at")]
+    #[arg(
+        long,
+        env = "PAUSE_DEPLOYMENT_TIME_ANNOTATION",
+        default_value = "deployment.reloader.stakater.com/paused-at"
+    )]
     pub pause_deployment_time_annotation: String,
+    // Reloader v2's annotation overrides (the keys were fixed before).
+    #[arg(
+        long,
+        env = "CONFIGMAP_EXCLUDE_ANNOTATION",
+        default_value = "configmaps.exclude.reloader.stakater.com/reload"
+    )]
+    pub configmap_exclude_annotation: String,
+    #[arg(
+        long,
+        env = "SECRET_EXCLUDE_ANNOTATION",
+        default_value = "secrets.exclude.reloader.stakater.com/reload"
+    )]
+    pub secret_exclude_annotation: String,
+    #[arg(
+        long,
+        env = "SECRETPROVIDERCLASS_ANNOTATION",
+        default_value = "secretproviderclass.reloader.stakater.com/reload"
+    )]
+    pub secretproviderclass_annotation: String,
+    #[arg(
+        long,
+        env = "SECRETPROVIDERCLASS_AUTO_ANNOTATION",
+        default_value = "secretproviderclass.reloader.stakater.com/auto"
+    )]
+    pub secretproviderclass_auto_annotation: String,
+    #[arg(
+        long,
+        env = "SECRETPROVIDERCLASS_EXCLUDE_ANNOTATION",
+        default_value = "secretproviderclasses.exclude.reloader.stakater.com/reload"
+    )]
+    pub secretproviderclass_exclude_annotation: String,
+
+    // ---- Reloader v2's leader election (with --enable-ha) ----
+    /// Name of the leader Lease. Reloader v1 (and its chart 2.2.16) uses `stakater-reloader-lock`,
+    /// kept as the default; Reloader v2's default is `reloader-leader-election`.
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = crate::shard::DEFAULT_LEADER_LEASE)]
+    pub leader_election_id: String,
+
+    /// Namespace of the leader Lease (and, with --sharding, of the membership Leases and the
+    /// shard assignment). Default: POD_NAMESPACE.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Hand the leader Lease back on a graceful exit, so a standby takes over at once instead of
+    /// after the Lease expires.
+    #[arg(long, env = "LEADER_ELECTION_RELEASE_ON_CANCEL", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub leader_election_release_on_cancel: bool,
 
     // ---- kube-reloader's own flags ----
     /// Address of /metrics, /live and /ready.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     pub metrics_addr: String,
+
+    /// Address of /healthz and /readyz (Reloader v2's probe server; the same answers as /live and
+    /// /ready). `0` or empty: not served.
+    #[arg(long, env = "HEALTH_ADDR", default_value = ":8080")]
+    pub health_addr: String,
 
     /// At most one reload per workload per this period (Go duration; 0 turns it off).
     #[arg(long, default_value = "0s", value_parser = go_duration_arg)]
@@ -159,19 +253,22 @@ pub struct Flags {
     #[arg(long, env = "SHARDING", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub sharding: bool,
 
-    /// How long a membership or leader Lease lives without renewal (Go duration).
-    #[arg(long, default_value = "15s", value_parser = positive_go_duration_arg)]
+    /// How long a membership or leader Lease lives without renewal (Go duration, whole seconds:
+    /// the Lease records seconds). Reloader's name: --leader-election-lease-duration.
+    #[arg(long, alias = "leader-election-lease-duration", env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = positive_go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]
     pub lease_duration: Duration,
 
     /// A replica that could not renew its Lease for this long stops writing (before the Lease
-    /// expires and another replica takes over, leaving room for clock skew).
-    #[arg(long, default_value = "10s", value_parser = positive_go_duration_arg)]
+    /// expires and another replica takes over, leaving room for clock skew). Reloader's name:
+    /// --leader-election-renew-deadline.
+    #[arg(long, alias = "leader-election-renew-deadline", env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = positive_go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]
     pub renew_deadline: Duration,
 
-    /// How often Leases are renewed and leadership is tried.
-    #[arg(long, default_value = "2s", value_parser = positive_go_duration_arg)]
+    /// How often Leases are renewed and leadership is tried. Reloader's name:
+    /// --leader-election-retry-period.
+    #[arg(long, alias = "leader-election-retry-period", env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = positive_go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]
     pub retry_period: Duration,
 
@@ -269,6 +366,15 @@ pub struct Flags {
     pub optional_api_check_interval: Duration,
 }
 
+/// `--is-openshift`: a Go boolean, or Reloader v2's `auto` / empty (detect the API: false here,
+/// since the API is detected whatever the flag says).
+fn parse_openshift(raw: &str) -> Result<bool, String> {
+    match raw.trim() {
+        "" | "auto" => Ok(false),
+        other => parse_go_bool(other),
+    }
+}
+
 fn parse_wave_policy(raw: &str) -> Result<String, String> {
     crate::waves::PolicyText::parse(raw)
         .map(|_| raw.to_string())
@@ -288,16 +394,26 @@ pub struct Environment {
     /// `enabled`: the reload counters carry a namespace label.
     #[arg(long, env = "METRICS_COUNT_BY_NAMESPACE", hide = true)]
     pub metrics_count_by_namespace: Option<String>,
-    #[arg(long, env = "ALERT_ON_RELOAD", hide = true)]
+    /// Send an alert after each reload (`true`).
+    #[arg(long, env = "ALERT_ON_RELOAD", num_args = 0..=1, default_missing_value = "true")]
     pub alert_on_reload: Option<String>,
-    #[arg(long, env = "ALERT_SINK", hide = true)]
+    /// slack, teams, gchat, or anything else (raw, webhook) for a plain webhook.
+    #[arg(long, env = "ALERT_SINK")]
     pub alert_sink: Option<String>,
-    #[arg(long, env = "ALERT_WEBHOOK_URL", hide = true)]
+    #[arg(long, env = "ALERT_WEBHOOK_URL")]
     pub alert_webhook_url: Option<String>,
+    /// Proxy for alerts (Reloader v1's variable; ALERT_PROXY / --alert-proxy wins).
     #[arg(long, env = "ALERT_WEBHOOK_PROXY", hide = true)]
     pub alert_webhook_proxy: Option<String>,
-    #[arg(long, env = "ALERT_ADDITIONAL_INFO", hide = true)]
+    /// Proxy for alerts (Reloader v2's name; ALERT_WEBHOOK_PROXY is read too).
+    #[arg(long, env = "ALERT_PROXY")]
+    pub alert_proxy: Option<String>,
+    /// Text put in front of every alert (e.g. the cluster's name).
+    #[arg(long, env = "ALERT_ADDITIONAL_INFO")]
     pub alert_additional_info: Option<String>,
+    /// The raw webhook sink sends JSON (Reloader v2's fields) instead of plain text.
+    #[arg(long, env = "ALERT_STRUCTURED", num_args = 0..=1, default_missing_value = "true")]
+    pub alert_structured: Option<String>,
     #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", hide = true)]
     pub otel_exporter_otlp_traces_endpoint: Option<String>,
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", hide = true)]
@@ -317,7 +433,13 @@ impl Environment {
             "ALERT_ON_RELOAD" => self.alert_on_reload.clone(),
             "ALERT_SINK" => self.alert_sink.clone(),
             "ALERT_WEBHOOK_URL" => self.alert_webhook_url.clone(),
-            "ALERT_WEBHOOK_PROXY" => self.alert_webhook_proxy.clone(),
+            // Reloader v2 binds both names to one setting, ALERT_PROXY first.
+            "ALERT_WEBHOOK_PROXY" | "ALERT_PROXY" => [&self.alert_proxy, &self.alert_webhook_proxy]
+                .into_iter()
+                .flatten()
+                .find(|p| !p.trim().is_empty())
+                .cloned(),
+            "ALERT_STRUCTURED" => self.alert_structured.clone(),
             "ALERT_ADDITIONAL_INFO" => self.alert_additional_info.clone(),
             _ => None,
         }

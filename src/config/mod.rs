@@ -398,7 +398,9 @@ fn shard_settings(f: &Flags) -> Result<Option<crate::shard::ShardSettings>, Conf
                     "needs POD_NAME (the replica's identity) in the environment",
                 )
             })?;
-        let namespace = f
+        // --leader-election-namespace, else the pod's own (Reloader v2 also needs POD_NAMESPACE
+        // with --enable-ha, so it is required either way).
+        let pod_namespace = f
             .pod_namespace
             .clone()
             .filter(|s| !s.is_empty())
@@ -408,23 +410,46 @@ fn shard_settings(f: &Flags) -> Result<Option<crate::shard::ShardSettings>, Conf
                     "needs POD_NAMESPACE (where the Leases live) in the environment",
                 )
             })?;
+        let namespace = f
+            .leader_election_namespace
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map_or(pod_namespace, String::from);
+        let leader_lease = f.leader_election_id.trim().to_string();
+        if leader_lease.is_empty() {
+            return Err(invalid("leader-election-id", "must name a Lease"));
+        }
         let (lease_duration, renew_deadline, retry_period) =
             (f.lease_duration, f.renew_deadline, f.retry_period);
+        // The Lease records its duration in whole seconds, and other replicas judge expiry from
+        // that record: a fraction would be cut off there, so the Lease could run out for them
+        // before this replica reaches its renew deadline (two leaders). Reloader refuses it too.
+        if lease_duration.subsec_nanos() != 0 {
+            return Err(invalid(
+                "lease-duration",
+                "(--leader-election-lease-duration) must be a whole number of seconds",
+            ));
+        }
         if renew_deadline >= lease_duration {
             return Err(invalid(
                 "renew-deadline",
-                "must be shorter than --lease-duration",
+                "(--leader-election-renew-deadline) must be shorter than --lease-duration \
+                 (--leader-election-lease-duration)",
             ));
         }
         if retry_period >= renew_deadline {
             return Err(invalid(
                 "retry-period",
-                "must be shorter than --renew-deadline",
+                "(--leader-election-retry-period) must be shorter than --renew-deadline \
+                 (--leader-election-renew-deadline)",
             ));
         }
         Some(crate::shard::ShardSettings {
             namespace,
             me,
+            leader_lease,
+            release_on_cancel: f.leader_election_release_on_cancel,
             sharding: f.sharding,
             server_sharding: f.server_side_sharding,
             lease_duration,
@@ -577,6 +602,214 @@ mod tests {
             );
         }
         assert!(Flags::try_parse_from(["kube-reloader", "--min-reload-interval=0s"]).is_ok());
+    }
+
+    /// #1206 and Reloader v2: `--leader-election-*` are the Lease settings kube-reloader has.
+    #[test]
+    fn reloaders_leader_election_flags_set_the_lease_settings() {
+        let ha = ["--enable-ha", "--pod-name=r0", "--pod-namespace=ops"];
+        let s = settings(
+            &[
+                &ha[..],
+                &[
+                    "--leader-election-lease-duration=30s",
+                    "--leader-election-renew-deadline=20s",
+                    "--leader-election-retry-period=4s",
+                    "--leader-election-id=reloader-leader-election",
+                    "--leader-election-namespace=locks",
+                    "--leader-election-release-on-cancel=false",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let shard = s.shard.unwrap();
+        assert_eq!(
+            (
+                shard.lease_duration,
+                shard.renew_deadline,
+                shard.retry_period
+            ),
+            (
+                Duration::from_secs(30),
+                Duration::from_secs(20),
+                Duration::from_secs(4)
+            )
+        );
+        assert_eq!(shard.leader_lease, "reloader-leader-election");
+        assert_eq!(shard.namespace, "locks");
+        assert!(!shard.release_on_cancel && !shard.sharding);
+        // Defaults: Reloader v1's Lease, in the pod's namespace, handed back on exit.
+        let shard = settings(&ha).unwrap().shard.unwrap();
+        assert_eq!(shard.leader_lease, "stakater-reloader-lock");
+        assert_eq!(shard.namespace, "ops");
+        assert!(shard.release_on_cancel);
+        // One setting under two names: giving both is an error, not a silent pick.
+        assert!(
+            Flags::try_parse_from([
+                "kube-reloader",
+                "--lease-duration=20s",
+                "--leader-election-lease-duration=30s",
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn leader_election_timings_are_checked_naming_reloaders_flag() {
+        let ha = ["--enable-ha", "--pod-name=r0", "--pod-namespace=ops"];
+        for (bad, flag) in [
+            (
+                "--leader-election-lease-duration=15500ms",
+                "--leader-election-lease-duration",
+            ),
+            (
+                "--leader-election-renew-deadline=15s",
+                "--leader-election-renew-deadline",
+            ),
+            (
+                "--leader-election-retry-period=10s",
+                "--leader-election-retry-period",
+            ),
+        ] {
+            let err = settings(&[&ha[..], &[bad]].concat()).unwrap_err();
+            assert!(err.to_string().contains(flag), "{bad}: {err}");
+        }
+        let err = settings(&[&ha[..], &["--leader-election-id= "]].concat()).unwrap_err();
+        assert!(err.to_string().contains("--leader-election-id"), "{err}");
+        assert!(
+            Flags::try_parse_from(["kube-reloader", "--leader-election-retry-period=0s"]).is_err()
+        );
+    }
+
+    /// Reloader v2 makes the exclude and SecretProviderClass annotation keys configurable.
+    #[test]
+    fn reloader_v2_annotation_flags_set_the_keys() {
+        let s = settings(&[
+            "--configmap-exclude-annotation=acme.io/cm-exclude",
+            "--secret-exclude-annotation=acme.io/secret-exclude",
+            "--secretproviderclass-annotation=acme.io/spc",
+            "--secretproviderclass-auto-annotation=acme.io/spc-auto",
+            "--secretproviderclass-exclude-annotation=acme.io/spc-exclude",
+        ])
+        .unwrap();
+        assert_eq!(s.keys.configmap_exclude, "acme.io/cm-exclude");
+        assert_eq!(s.keys.secret_exclude, "acme.io/secret-exclude");
+        assert_eq!(s.keys.spc_reload, "acme.io/spc");
+        assert_eq!(s.keys.spc_auto, "acme.io/spc-auto");
+        assert_eq!(s.keys.spc_exclude, "acme.io/spc-exclude");
+        assert_eq!(settings(&[]).unwrap().keys, AnnotationKeys::default());
+    }
+
+    #[test]
+    fn is_openshift_takes_reloader_v2s_auto() {
+        for auto in ["--is-openshift=auto", "--is-openshift="] {
+            assert!(!settings(&[auto]).unwrap().openshift, "{auto}");
+        }
+        assert!(settings(&["--is-openshift"]).unwrap().openshift);
+        assert!(Flags::try_parse_from(["kube-reloader", "--is-openshift=sometimes"]).is_err());
+    }
+
+    /// Reloader v2 reads every flag from the environment too (viper: the flag's name upper-cased,
+    /// `-` as `_`), a flag given on the command line winning. Each of its flags is accepted here
+    /// under its name and reads that variable.
+    #[test]
+    fn every_reloader_v2_flag_is_accepted_and_settable_from_the_environment() {
+        use clap::CommandFactory;
+        const RELOADER_V2_FLAGS: &[&str] = &[
+            "auto-reload-all",
+            "reload-strategy",
+            "is-Argo-Rollouts",
+            "is-openshift",
+            "enable-csi-integration",
+            "reload-on-create",
+            "reload-on-delete",
+            "sync-after-restart",
+            "enable-ha",
+            "leader-election-id",
+            "leader-election-namespace",
+            "leader-election-lease-duration",
+            "leader-election-renew-deadline",
+            "leader-election-retry-period",
+            "leader-election-release-on-cancel",
+            "webhook-url",
+            "resources-to-ignore",
+            "ignored-workload-types",
+            "namespaces-to-ignore",
+            "namespace-selector",
+            "resource-label-selector",
+            "log-format",
+            "log-level",
+            "metrics-addr",
+            "health-addr",
+            "enable-pprof",
+            "pprof-addr",
+            "auto-annotation",
+            "configmap-auto-annotation",
+            "secret-auto-annotation",
+            "configmap-annotation",
+            "secret-annotation",
+            "configmap-exclude-annotation",
+            "secret-exclude-annotation",
+            "secretproviderclass-auto-annotation",
+            "secretproviderclass-annotation",
+            "secretproviderclass-exclude-annotation",
+            "auto-search-annotation",
+            "search-match-annotation",
+            "ignore-annotation",
+            "pause-deployment-annotation",
+            "pause-deployment-time-annotation",
+            "namespaces",
+            "alert-on-reload",
+            "alert-webhook-url",
+            "alert-sink",
+            "alert-proxy",
+            "alert-additional-info",
+            "alert-structured",
+        ];
+        let command = Flags::command();
+        for name in RELOADER_V2_FLAGS {
+            let arg = command
+                .get_arguments()
+                .find(|a| {
+                    a.get_long() == Some(*name)
+                        || a.get_all_aliases().is_some_and(|all| all.contains(name))
+                })
+                .unwrap_or_else(|| panic!("--{name} is not a flag"));
+            let want = name.to_ascii_uppercase().replace('-', "_");
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(want.as_str()),
+                "--{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn alert_proxy_is_reloader_v2s_name_and_wins_over_the_v1_variable() {
+        let flags = Flags::try_parse_from([
+            "kube-reloader",
+            "--alert-webhook-proxy=http://v1:3128",
+            "--alert-proxy=http://v2:3128",
+            "--alert-structured",
+        ])
+        .unwrap();
+        let env = &flags.environment;
+        assert_eq!(
+            env.alert_var("ALERT_WEBHOOK_PROXY").as_deref(),
+            Some("http://v2:3128")
+        );
+        assert_eq!(env.alert_var("ALERT_STRUCTURED").as_deref(), Some("true"));
+        let flags =
+            Flags::try_parse_from(["kube-reloader", "--alert-webhook-proxy=http://v1:3128"])
+                .unwrap();
+        assert_eq!(
+            flags
+                .environment
+                .alert_var("ALERT_WEBHOOK_PROXY")
+                .as_deref(),
+            Some("http://v1:3128")
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes),
 //! `/debug/explain?kind=&namespace=&name=[&config=]` (JSON verdicts from the live index); CPU profiles on
-//! their own address when enabled.
+//! their own address when enabled; on `--health-addr`, Reloader v2's probe paths `/healthz` and
+//! `/readyz`, answered as `/live` and `/ready` are.
 
 pub mod pprof;
 
@@ -98,6 +99,34 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .with_state(state)
 }
 
+/// Reloader v2's probe server (controller-runtime's paths): `/healthz` as `/live`, `/readyz` as
+/// `/ready`, each also under its check's name (`/healthz/healthz`, `/readyz/readyz`), as
+/// controller-runtime serves a named check. Nothing else is served there.
+pub fn health_router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/healthz", get(live))
+        .route("/healthz/healthz", get(live))
+        .route("/readyz", get(ready))
+        .route("/readyz/readyz", get(ready))
+        .with_state(state)
+}
+
+/// `--health-addr`: `None` when it turns the probe server off (`0` or empty, as in
+/// controller-runtime), else the address.
+pub fn parse_health_addr(addr: &str) -> Result<Option<SocketAddr>, std::net::AddrParseError> {
+    match addr.trim() {
+        "" | "0" => Ok(None),
+        addr => parse_listen_addr(addr).map(Some),
+    }
+}
+
+/// Binds `--health-addr` and serves the probe paths until the process ends.
+pub async fn serve_health(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /healthz and /readyz");
+    axum::serve(listener, health_router(state)).await
+}
+
 /// Accepts Go-style `:9090` as well as `host:port`.
 pub fn parse_listen_addr(addr: &str) -> Result<SocketAddr, std::net::AddrParseError> {
     if let Some(port) = addr.strip_prefix(':') {
@@ -126,5 +155,13 @@ mod tests {
             "127.0.0.1:1"
         );
         assert!(parse_listen_addr("nope").is_err());
+    }
+
+    #[test]
+    fn health_addr_zero_or_empty_turns_the_probe_server_off() {
+        assert_eq!(parse_health_addr("0").unwrap(), None);
+        assert_eq!(parse_health_addr("").unwrap(), None);
+        assert_eq!(parse_health_addr(":8080").unwrap().unwrap().port(), 8080);
+        assert!(parse_health_addr("eighty").is_err());
     }
 }

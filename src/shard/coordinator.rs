@@ -261,7 +261,10 @@ impl Coordinator {
                  the next owner catches up from it"),
             false => lease::leave(&self.leases(), &self.settings.me).await,
         }
-        lease::resign(&self.leases(), &self.settings.me).await;
+        if self.settings.release_on_cancel {
+            let leader = &self.settings.leader_lease;
+            lease::resign(&self.leases(), leader, &self.settings.me).await;
+        }
     }
 
     async fn membership_loop(self: Arc<Self>) -> Result<(), ShardError> {
@@ -297,6 +300,7 @@ impl Coordinator {
         loop {
             match lease::try_lead(
                 &self.leases(),
+                &self.settings.leader_lease,
                 &self.settings.me,
                 duration,
                 &self.leader_liveness,
@@ -305,7 +309,7 @@ impl Coordinator {
             {
                 Ok(true) => {
                     if !self.leader.swap(true, Ordering::AcqRel) {
-                        info!(lease = lease::LEADER_LEASE, "became the leader");
+                        info!(lease = %self.settings.leader_lease, "became the leader");
                     }
                     if let Err(e) = self.publish_assignment().await {
                         warn!(error = %e, "could not publish the shard assignment");

@@ -1,5 +1,5 @@
 //! `--enable-ha` on the leader Lease alone, for an identity that may only `get, create, update`
-//! `stakater-reloader-lock` (what Reloader's chart grants): active/standby as in Reloader.
+//! the leader Lease (`stakater-reloader-lock`, what Reloader's chart grants): active/standby as in Reloader.
 //! A standby waits for the Lease and does nothing else; the leader acts on every namespace and
 //! exits when another replica holds the Lease or it could not renew within the renew deadline.
 //! Exiting is the fence: the renew deadline is shorter than the Lease, so the old leader has
@@ -46,19 +46,20 @@ impl LeaderLock {
 
     async fn round(&self) -> Result<bool, kube::Error> {
         let me = &self.settings.me;
-        lease::try_lead(&self.leases, me, self.duration_secs(), &self.liveness).await
+        let name = &self.settings.leader_lease;
+        lease::try_lead(&self.leases, name, me, self.duration_secs(), &self.liveness).await
     }
 
     /// Returns once this replica holds the Lease.
     pub async fn acquire(&self) {
         info!(
-            lease = lease::LEADER_LEASE,
+            lease = %self.settings.leader_lease,
             "standby: waiting for the leader Lease"
         );
         loop {
             match self.round().await {
                 Ok(true) => {
-                    info!(lease = lease::LEADER_LEASE, "became the leader");
+                    info!(lease = %self.settings.leader_lease, "became the leader");
                     return;
                 }
                 Ok(false) => debug!("another replica leads"),
@@ -84,8 +85,12 @@ impl LeaderLock {
         }
     }
 
-    /// Hands the Lease back so a standby takes over at its next round.
+    /// Hands the Lease back so a standby takes over at its next round (unless
+    /// `--leader-election-release-on-cancel=false`: then it expires).
     pub async fn resign(&self) {
-        lease::resign(&self.leases, &self.settings.me).await;
+        if !self.settings.release_on_cancel {
+            return;
+        }
+        lease::resign(&self.leases, &self.settings.leader_lease, &self.settings.me).await;
     }
 }

@@ -1,6 +1,7 @@
 //! Lease primitives: one membership Lease per replica (renewed on a timer, carrying the
-//! generation this replica has synced), and leader election on `stakater-reloader-lock`
-//! (Reloader's name, so `--enable-ha` keeps its meaning). Optimistic concurrency on the Lease's
+//! generation this replica has synced), and leader election on the leader Lease
+//! (`--leader-election-id`, by default Reloader's `stakater-reloader-lock`, so `--enable-ha`
+//! keeps its meaning). Optimistic concurrency on the Lease's
 //! resourceVersion makes the API server the only arbiter.
 
 use std::sync::Mutex;
@@ -14,7 +15,6 @@ use serde_json::json;
 use super::acted::ActedVersions;
 use super::liveness::{LeaseRecord, Liveness};
 
-pub const LEADER_LEASE: &str = "stakater-reloader-lock";
 pub const MEMBER_LABEL: &str = "kube-reloader.io/member";
 pub const SYNCED_ANNOTATION: &str = "kube-reloader.io/synced-generation";
 /// The generation whose previous assignment this replica no longer acts on.
@@ -185,15 +185,16 @@ fn micro_time(t: jiff::Timestamp) -> String {
 /// monotonic clock (`liveness`), never by comparing its `renewTime` with our wall clock.
 pub async fn try_lead(
     api: &Api<Lease>,
+    name: &str,
     me: &str,
     duration_secs: i32,
     liveness: &Mutex<Liveness>,
 ) -> Result<bool, kube::Error> {
     let now = now();
-    let current = api.get_opt(LEADER_LEASE).await?;
+    let current = api.get_opt(name).await?;
     let Some(lease) = current else {
         let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": LEADER_LEASE},
+            "metadata": {"name": name},
             "spec": {
                 "holderIdentity": me,
                 "leaseDurationSeconds": duration_secs,
@@ -215,7 +216,7 @@ pub async fn try_lead(
         !liveness
             .lock()
             .expect("liveness lock")
-            .observe(LEADER_LEASE, record, Instant::now())
+            .observe(name, record, Instant::now())
     });
     if holder != me && !holder.is_empty() && !expired {
         return Ok(false);
@@ -231,10 +232,7 @@ pub async fn try_lead(
     }))
     .expect("a valid LeaseSpec"));
     // `replace` carries the resourceVersion we read: a concurrent candidate gets 409.
-    match api
-        .replace(LEADER_LEASE, &PostParams::default(), &next)
-        .await
-    {
+    match api.replace(name, &PostParams::default(), &next).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),
@@ -242,8 +240,8 @@ pub async fn try_lead(
 }
 
 /// Gives up leadership so another replica takes over without waiting for expiry.
-pub async fn resign(api: &Api<Lease>, me: &str) {
-    if let Ok(Some(mut lease)) = api.get_opt(LEADER_LEASE).await
+pub async fn resign(api: &Api<Lease>, name: &str, me: &str) {
+    if let Ok(Some(mut lease)) = api.get_opt(name).await
         && lease
             .spec
             .as_ref()
@@ -253,8 +251,6 @@ pub async fn resign(api: &Api<Lease>, me: &str) {
         if let Some(spec) = lease.spec.as_mut() {
             spec.holder_identity = None;
         }
-        let _ = api
-            .replace(LEADER_LEASE, &PostParams::default(), &lease)
-            .await;
+        let _ = api.replace(name, &PostParams::default(), &lease).await;
     }
 }

@@ -239,6 +239,9 @@ pub fn free_port() -> u16 {
 pub struct Controller {
     child: Child,
     pub metrics_port: u16,
+    /// `--health-addr`'s port (`/healthz`, `/readyz`): one per process, since the default
+    /// `:8080` would be shared by every controller a test run starts.
+    pub health_port: u16,
     pub log: PathBuf,
 }
 
@@ -270,12 +273,18 @@ impl Controller {
     /// Starts kube-reloader without waiting for it to be ready (a standby never is).
     pub fn launch(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = free_port();
+        let health_port = free_port();
         let log = std::env::temp_dir().join(format!("kube-reloader-test-{port}.log"));
         let log_file = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-reloader"));
         cmd.args(args)
-            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
-            .env("KUBECONFIG", kubeconfig_path())
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"));
+        let health_given = args.iter().any(|a| a.starts_with("--health-addr"))
+            || env.iter().any(|(k, _)| *k == "HEALTH_ADDR");
+        if !health_given {
+            cmd.arg(format!("--health-addr=127.0.0.1:{health_port}"));
+        }
+        cmd.env("KUBECONFIG", kubeconfig_path())
             .env("RUST_LOG", "info,kube_reloader=debug")
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file);
@@ -286,6 +295,7 @@ impl Controller {
         Self {
             child,
             metrics_port: port,
+            health_port,
             log,
         }
     }

@@ -264,7 +264,7 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- if and $v.watchGlobally $v.ignoreNamespaces }}{{ $a = append $a (printf "--namespaces-to-ignore=%s" $v.ignoreNamespaces) }}{{ end -}}
 {{- if and $v.watchGlobally $v.namespaceSelector }}{{ $a = append $a (printf "--namespace-selector=%s" $v.namespaceSelector) }}{{ end -}}
 {{- with $v.resourceLabelSelector }}{{ $a = append $a (printf "--resource-label-selector=%s" .) }}{{ end -}}
-{{- $flags := dict "auto" "auto-annotation" "configmap" "configmap-annotation" "secret" "secret-annotation" "configmap_auto" "configmap-auto-annotation" "secret_auto" "secret-auto-annotation" "search" "auto-search-annotation" "match" "search-match-annotation" "ignore" "ignore-annotation" "pausePeriod" "pause-deployment-annotation" "pauseTime" "pause-deployment-time-annotation" -}}
+{{- $flags := dict "auto" "auto-annotation" "configmap" "configmap-annotation" "secret" "secret-annotation" "configmap_auto" "configmap-auto-annotation" "secret_auto" "secret-auto-annotation" "search" "auto-search-annotation" "match" "search-match-annotation" "ignore" "ignore-annotation" "pausePeriod" "pause-deployment-annotation" "pauseTime" "pause-deployment-time-annotation" "configmap_exclude" "configmap-exclude-annotation" "secret_exclude" "secret-exclude-annotation" "secretproviderclass" "secretproviderclass-annotation" "secretproviderclass_auto" "secretproviderclass-auto-annotation" "secretproviderclass_exclude" "secretproviderclass-exclude-annotation" -}}
 {{- $custom := $v.custom_annotations | default dict -}}
 {{- range $key := keys $flags | sortAlpha }}
 {{- with index $custom $key }}{{ $a = append $a (printf "--%s=%s" (index $flags $key) .) }}{{ end -}}
@@ -278,11 +278,24 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- if $v.syncAfterRestart }}{{ $a = append $a "--sync-after-restart=true" }}{{ end -}}
 {{- if and $v.reloadStrategy (ne $v.reloadStrategy "default") }}{{ $a = append $a (printf "--reload-strategy=%s" $v.reloadStrategy) }}{{ end -}}
 {{- if $v.autoReloadAll }}{{ $a = append $a "--auto-reload-all=true" }}{{ end -}}
-{{- if $v.enableHA }}{{ $a = append $a "--enable-ha=true" }}{{ end -}}
+{{- /* Reloader's leader election timings (#1206), only with enableHA as in its chart; each is an
+alias of a Lease timing, so with sharding on it replaces sharding's flag for that timing. */ -}}
+{{- $le := dict -}}
+{{- if $v.enableHA }}
+{{- $a = append $a "--enable-ha=true" -}}
+{{- with $v.leaderElection }}
+{{- with .leaseDuration }}{{ $_ := set $le "lease-duration" . }}{{ $a = append $a (printf "--leader-election-lease-duration=%s" .) }}{{ end -}}
+{{- with .renewDeadline }}{{ $_ := set $le "renew-deadline" . }}{{ $a = append $a (printf "--leader-election-renew-deadline=%s" .) }}{{ end -}}
+{{- with .retryPeriod }}{{ $_ := set $le "retry-period" . }}{{ $a = append $a (printf "--leader-election-retry-period=%s" .) }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- if $v.enablePProf }}{{ $a = concat $a (list "--enable-pprof=true" (printf "--pprof-addr=%s" $v.pprofAddr)) }}{{ end -}}
 {{- if include "kube-reloader.sharding" . }}
 {{- $s := $v.sharding -}}
-{{- $a = concat $a (list "--sharding=true" (printf "--lease-duration=%s" $s.leaseDuration) (printf "--renew-deadline=%s" $s.renewDeadline) (printf "--retry-period=%s" $s.retryPeriod)) -}}
+{{- $a = append $a "--sharding=true" -}}
+{{- range $flag, $value := dict "lease-duration" $s.leaseDuration "renew-deadline" $s.renewDeadline "retry-period" $s.retryPeriod }}
+{{- if not (hasKey $le $flag) }}{{ $a = append $a (printf "--%s=%s" $flag $value) }}{{ end -}}
+{{- end -}}
 {{- /* YAML reads an unquoted on/off as true/false (and `default` takes false for unset). */ -}}
 {{- $server := "auto" -}}
 {{- if kindIs "bool" $s.serverSide }}{{ $server = ternary "on" "off" $s.serverSide }}{{ else if $s.serverSide }}{{ $server = $s.serverSide }}{{ end -}}
