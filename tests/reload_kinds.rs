@@ -568,6 +568,64 @@ async fn argo_rollout_restart_strategy_sets_restart_at_and_keeps_the_template() 
     );
 }
 
+/// An Argo Rollout whose pod template is a Deployment's (`spec.workloadRef`): what that
+/// template uses restarts the Rollout (`spec.restartAt`, no template written into it, the
+/// Deployment untouched), including after the Deployment's template is edited to use another
+/// config (upstream PR #1118).
+#[tokio::test]
+async fn argo_rollout_with_a_workload_ref_restarts_for_what_its_deployments_template_uses() {
+    let ns = TestNamespace::new("kinds-argo-ref").await;
+    let c = &ns.client;
+    crds::ensure(c, &[crds::ARGO_ROLLOUTS]).await;
+    create(c, &ns.name, configmap("first", json!({"k": "v1"}))).await;
+    create(c, &ns.name, configmap("second", json!({"k": "v1"}))).await;
+    let mut template = deployment(
+        "web-template",
+        json!({}),
+        pod_spec(env_from_configmap("first"), json!([])),
+    );
+    template["spec"]["replicas"] = json!(0);
+    create(c, &ns.name, template).await;
+    let mut web = rollout("web", auto(), json!({}));
+    web["spec"] = json!({"replicas": 1,
+        "selector": {"matchLabels": {"app": "web"}},
+        "workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web-template"}});
+    create(c, &ns.name, web).await;
+    let _controller = Controller::start(&[&scope(&ns), "--is-Argo-Rollouts=true"]).await;
+    let restarted_after = |since: Option<Value>| {
+        let ns = &ns;
+        async move {
+            wait_for("spec.restartAt on Rollout web", WAIT, || async {
+                let obj = read(ns, ROLLOUT_API, "Rollout", "web").await;
+                match obj.pointer("/spec/restartAt") {
+                    Some(at) if Some(at) != since.as_ref() => Ok(obj),
+                    _ => Err(format!("spec: {}", obj["spec"])),
+                }
+            })
+            .await
+        }
+    };
+
+    set_data(&ns, "ConfigMap", "first", json!({"k": "v2"})).await;
+    let after = restarted_after(None).await;
+    assert!(
+        after.pointer(TEMPLATE).is_none(),
+        "no template written: {after}"
+    );
+    let deployment = read(&ns, "apps/v1", "Deployment", "web-template").await;
+    assert_eq!(
+        deployment["metadata"]["generation"], 1,
+        "the Deployment is left alone"
+    );
+
+    // The Deployment's template now reads `second`: its change restarts the Rollout.
+    merge_patch(c, &ns.name, "apps/v1", "Deployment", "web-template",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "envFrom": [{"configMapRef": {"name": "second"}}]}]}}}})).await;
+    tokio::time::sleep(SETTLE).await;
+    set_data(&ns, "ConfigMap", "second", json!({"k": "v2"})).await;
+    restarted_after(after.pointer("/spec/restartAt").cloned()).await;
+}
+
 #[tokio::test]
 async fn argo_rollouts_are_left_alone_without_the_flag() {
     let ns = TestNamespace::new("kinds-argo-off").await;

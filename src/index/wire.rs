@@ -38,6 +38,20 @@ struct WorkloadSpec {
     template: Option<Box<RawValue>>,
     #[serde(default)]
     job_template: Option<JobTemplate>,
+    /// An Argo Rollout's `spec.workloadRef`: its pod template lives in that workload.
+    #[serde(default)]
+    workload_ref: Option<WorkloadRef>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WorkloadRef {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
 }
 
 /// A CronJob's `spec.jobTemplate`: the pod template sits at `spec.template` inside it.
@@ -62,6 +76,24 @@ impl WorkloadObject {
             _ => spec.template.as_ref(),
         }?;
         Some(raw.get()).filter(|text| *text != "null")
+    }
+
+    /// The Deployment whose pod template an Argo Rollout uses (`spec.workloadRef`, the only
+    /// kind Argo Rollouts and Reloader resolve), when it has no template of its own.
+    pub fn template_deployment(&self) -> Option<&str> {
+        let spec = self.spec.as_ref()?;
+        let reference = spec.workload_ref.as_ref()?;
+        let is_deployment = reference.kind == "Deployment"
+            && matches!(reference.api_version.as_str(), "apps/v1" | "");
+        let inline = spec.template.as_ref().is_some_and(|t| t.get() != "null");
+        (is_deployment && !inline && !reference.name.is_empty()).then_some(reference.name.as_str())
+    }
+
+    /// This object with `other`'s pod template (a workloadRef Rollout, resolved).
+    pub fn with_template_of(mut self, other: &WorkloadObject) -> Self {
+        let template = other.spec.as_ref().and_then(|s| s.template.clone());
+        self.spec.get_or_insert_with(Default::default).template = template;
+        self
     }
 
     /// `spec.paused` is `true` (Deployments, Argo Rollouts, DeploymentConfigs).
@@ -227,6 +259,52 @@ mod tests {
             list.items[0]
                 .pod_template_json(WorkloadKind::Deployment)
                 .is_some()
+        );
+    }
+}
+
+#[cfg(test)]
+mod workload_ref_tests {
+    use super::*;
+
+    fn object(spec: serde_json::Value) -> WorkloadObject {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "r"}, "spec": spec}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_rollout_without_a_template_uses_its_workload_refs_deployment() {
+        let reference = |kind: &str, api: &str| {
+            object(
+                serde_json::json!({"workloadRef": {"apiVersion": api, "kind": kind, "name": "web"}}),
+            )
+        };
+        assert_eq!(
+            reference("Deployment", "apps/v1").template_deployment(),
+            Some("web")
+        );
+        assert_eq!(
+            reference("ReplicaSet", "apps/v1").template_deployment(),
+            None
+        );
+        assert_eq!(
+            reference("Deployment", "other/v1").template_deployment(),
+            None
+        );
+        let inline = object(serde_json::json!({
+            "workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "template": {"spec": {"containers": []}}}));
+        assert_eq!(
+            inline.template_deployment(),
+            None,
+            "an inline template wins"
+        );
+        let deployment =
+            object(serde_json::json!({"template": {"spec": {"containers": [{"name": "app"}]}}}));
+        let resolved = reference("Deployment", "apps/v1").with_template_of(&deployment);
+        assert_eq!(
+            resolved.pod_template_json(WorkloadKind::Rollout),
+            deployment.pod_template_json(WorkloadKind::Deployment)
         );
     }
 }

@@ -1,7 +1,8 @@
 //! Writes reloads to the API server, one strategy per workload kind:
 //! - Deployment, StatefulSet, DaemonSet, DeploymentConfig, Argo Rollout: JSON Patch of the pod
 //!   template, guarded by a `test` of the resourceVersion (optimistic concurrency);
-//! - Argo Rollout with `rollout-strategy: restart`: `spec.restartAt`;
+//! - Argo Rollout with `rollout-strategy: restart`, or whose template is a Deployment's
+//!   (`spec.workloadRef`): `spec.restartAt`;
 //! - CronJob: never modified; a Job is created from its template; with
 //!   `cronjob-reload-strategy: patch`, a JSON Patch of its job template and its running Jobs
 //!   re-created;
@@ -139,8 +140,11 @@ impl KubeWriter {
             return Ok(WriteOutcome::Dropped("workload vanished"));
         };
         let now = jiff::Timestamp::now();
+        // A Rollout whose template is a Deployment's (workloadRef) can only be restarted: its
+        // own template is empty and the Deployment's is not its to write (as Reloader does).
         let restart = key.kind == WorkloadKind::Rollout
-            && self.rollout_strategy(&read.0.metadata) == RolloutStrategy::Restart;
+            && (self.rollout_strategy(&read.0.metadata) == RolloutStrategy::Restart
+                || read.0.data.pointer("/spec/workloadRef").is_some());
         let step = match restart {
             true => self.restart_rollout(&api, key, read, turn, now).await?,
             false => {

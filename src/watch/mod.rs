@@ -16,6 +16,7 @@ mod listed;
 mod namespaces;
 pub mod served;
 mod server_sharding;
+mod workload_refs;
 mod workloads;
 
 use std::sync::Arc;
@@ -84,6 +85,8 @@ pub struct WatchContext {
     ignored_types: IgnoredSecretTypes,
     /// Which optional APIs (CRD-backed kinds) the cluster serves.
     served: served::ServedApis,
+    /// Rollouts whose pod template is a Deployment's, and those Deployments.
+    workload_refs: workload_refs::WorkloadRefs,
 }
 
 impl WatchContext {
@@ -107,6 +110,7 @@ impl WatchContext {
             listed,
             ignored_types: Default::default(),
             served: Default::default(),
+            workload_refs: Default::default(),
         })
     }
 

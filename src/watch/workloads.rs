@@ -97,6 +97,9 @@ impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
     async fn delete(&mut self, obj: WorkloadObject) {
         let meta = &obj.metadata;
         if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
+            if self.kind == WorkloadKind::Rollout {
+                self.ctx.workload_refs.forget(ns, name);
+            }
             let key = WorkloadKey::new(self.kind, ns, name);
             self.ctx.engine.workload_deleted(&key);
         }
@@ -138,12 +141,22 @@ impl WatchContext {
         });
     }
 
-    /// Hands one workload object to the engine; returns its key when it was taken in.
+    /// Hands one workload object to the engine; returns its key when it was taken in. A
+    /// Rollout using a Deployment's template (`workloadRef`) goes in with it, and a Deployment
+    /// such Rollouts use takes them in again with its new template.
     pub(crate) async fn apply_workload(
         &self,
         kind: WorkloadKind,
         obj: WorkloadObject,
     ) -> Option<WorkloadKey> {
+        let obj = match kind {
+            WorkloadKind::Rollout => self.resolve_rollout(obj).await,
+            WorkloadKind::Deployment => {
+                self.refresh_template_users(&obj).await;
+                obj
+            }
+            _ => obj,
+        };
         self.engine
             .workload_applied(kind, obj, self.is_ready())
             .await
