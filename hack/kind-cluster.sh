@@ -6,6 +6,7 @@
 #   hack/kind-cluster.sh down     delete it, its network and its state
 #   hack/kind-cluster.sh status   nodes and system pods
 #   hack/kind-cluster.sh kubeconfig
+#   hack/kind-cluster.sh load-archive TAR   load an image archive into every node
 #
 # What differs from `kind create cluster` on a Docker host, and why:
 #   - podman is called through a wrapper ($STATE/bin/podman) that uses hack/podman.sh's storage
@@ -49,6 +50,8 @@ die() {
 podman_wrapper() {
     mkdir -p "$NET_STATE/bin" "$NET_STATE/cni" "$NET_STATE/empty-modules"
     bash "$HACK/podman.sh" version >/dev/null || die "podman does not work (hack/podman.sh version)"
+    local real
+    real=$(PATH=${PATH//$NET_STATE\/bin:/} command -v podman) || die "podman not found"
     {
         cat "$HACK/podman/containers.conf"
         echo
@@ -83,9 +86,9 @@ done
 if [[ \${1:-} == run && -n \$cluster ]]; then
     extra=(--add-host "\$cluster-control-plane:$CP_IP")
     [[ \$role == control-plane ]] && extra+=(--ip $CP_IP)
-    exec podman run "\${extra[@]}" "\${args[@]:1}"
+    exec $real run "\${extra[@]}" "\${args[@]:1}"
 fi
-exec podman "\${args[@]}"
+exec $real "\${args[@]}"
 EOF
     chmod 0755 "$NET_STATE/bin/podman"
 }
@@ -249,8 +252,15 @@ status)
     kctl get pods -A -o wide
     ;;
 kubeconfig) echo "$KUBECONFIG_PATH" ;;
-podman-wrapper)
+load-archive)
+    # load-archive TAR: an image archive (podman save) into every node's containerd.
     podman_wrapper
+    kind_ load image-archive "${2:?usage: $0 load-archive TAR}" --name "$CLUSTER_NAME"
+    ;;
+podman-wrapper)
+    # The podman kind uses (and its network): for running kind or podman by hand.
+    podman_wrapper
+    network_up
     echo "$NET_STATE/bin"
     ;;
 *) die "unknown command '$1' (up, down, status, kubeconfig)" ;;
