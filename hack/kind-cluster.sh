@@ -23,6 +23,7 @@
 #     instead of kind's 127.0.0.1 port mapping, which needs portmap).
 #   - no kindnetd (not buildable offline): disableDefaultCNI, then each node gets a bridge CNI
 #     config for its podCIDR and a route to every other node's podCIDR (what kindnetd sets up).
+#   - KIND_PATCHES_FILE: more kubeadmConfigPatches items (loadtest/kind/run.sh's tuning).
 #   - the kubelet runs with failCgroupV1: false (these hosts have cgroup v1), and kubeadm uses the
 #     etcd and coredns versions the node image has (kubeadmConfigPatches below).
 set -euo pipefail
@@ -37,7 +38,9 @@ KUBECONFIG_PATH=$STATE/kubeconfig
 SUBNET_PREFIX=${KIND_SUBNET_PREFIX:-10.89.7}
 BRIDGE=krkind0
 HOST_IP=$SUBNET_PREFIX.1
-CP_IP=$SUBNET_PREFIX.2
+# The control plane's fixed address: one of .2-.9, by the cluster's name, so that two clusters
+# (make kind-test's and the load test's) can share the network.
+CP_IP=$SUBNET_PREFIX.$((2 + $(printf '%s' "$CLUSTER_NAME" | cksum | cut -d' ' -f1) % 8))
 NET_STATE=$CACHE/kind-network
 
 log() { printf '[kind-cluster] %s\n' "$*" >&2; }
@@ -84,8 +87,10 @@ for a in "\$@"; do
     prev=\$a
 done
 if [[ \${1:-} == run && -n \$cluster ]]; then
-    extra=(--add-host "\$cluster-control-plane:$CP_IP")
-    [[ \$role == control-plane ]] && extra+=(--ip $CP_IP)
+    # The control plane's address is a function of the cluster's name (see hack/kind-cluster.sh).
+    cp=$SUBNET_PREFIX.\$((2 + \$(printf '%s' "\$cluster" | cksum | cut -d' ' -f1) % 8))
+    extra=(--add-host "\$cluster-control-plane:\$cp")
+    [[ \$role == control-plane ]] && extra+=(--ip "\$cp")
     exec $real run "\${extra[@]}" "\${args[@]:1}"
 fi
 exec $real "\${args[@]}"
@@ -158,8 +163,11 @@ kubeadmConfigPatches:
     kind: KubeProxyConfiguration
     conntrack:
       maxPerCore: 0
-${KIND_EXTRA_PATCHES:-}
 EOF
+    # More patches (list items of kubeadmConfigPatches), e.g. loadtest/kind/kubeadm-patches.yaml.
+    if [[ -n ${KIND_PATCHES_FILE:-} ]]; then
+        grep -v '^#' "$KIND_PATCHES_FILE"
+    fi
 }
 
 kind_bin() { echo "$(bash "$HACK/kind-node-bins.sh" --bin-dir)/kind"; }
