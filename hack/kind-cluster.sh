@@ -99,6 +99,7 @@ EOF
 }
 
 network_up() {
+    # Addresses from .10 on for any node; .2-.9 only when asked for (the control planes' fixed ones).
     cat >"$NET_STATE/cni/kind.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -114,7 +115,9 @@ network_up() {
         "type": "host-local",
         "routes": [{ "dst": "0.0.0.0/0", "gw": "$HOST_IP" }],
         "ranges": [[{ "subnet": "$SUBNET_PREFIX.0/24", "rangeStart": "$SUBNET_PREFIX.10",
-                      "rangeEnd": "$SUBNET_PREFIX.250", "gateway": "$HOST_IP" }]]
+                      "rangeEnd": "$SUBNET_PREFIX.250", "gateway": "$HOST_IP" },
+                    { "subnet": "$SUBNET_PREFIX.0/24", "rangeStart": "$SUBNET_PREFIX.2",
+                      "rangeEnd": "$SUBNET_PREFIX.9", "gateway": "$HOST_IP" }]]
       }
     }
   ]

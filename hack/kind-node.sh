@@ -335,14 +335,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", 
 EOF
 "$NODE_BIN/containerd" --config "$work/containerd.toml" >"$work/containerd.log" 2>&1 &
 ctrd=$!
-trap 'kill "$ctrd" 2>/dev/null; wait "$ctrd" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "$ctrd" 2>/dev/null || true; wait "$ctrd" 2>/dev/null || true; rm -rf "$work"' EXIT
 for ((i = 0; i < 50; i++)); do
     [[ -S $work/containerd.sock ]] && "$NODE_BIN/ctr" -a "$work/containerd.sock" version >/dev/null 2>&1 && break
     kill -0 "$ctrd" 2>/dev/null || { tail -n 20 "$work/containerd.log" >&2; die "containerd (for the image import) exited"; }
     sleep 0.2
 done
 for image in "${!IMAGES[@]}"; do
-    "${PODMAN[@]}" save --format docker-archive -o "$work/images/img.tar" "$image" >/dev/null ||
+    "${PODMAN[@]}" save --quiet --format docker-archive -o "$work/images/img.tar" "$image" >/dev/null ||
         die "podman save $image failed"
     "$NODE_BIN/ctr" -a "$work/containerd.sock" -n k8s.io images import --no-unpack --digests \
         --label=io.cri-containerd.pinned=pinned "$work/images/img.tar" >/dev/null ||

@@ -48,7 +48,7 @@ load() {
     local image tar
     for image in "$@"; do
         tar=$(mktemp "$CACHE/kind-load.XXXXXX.tar")
-        bash "$HACK/podman.sh" save --format docker-archive -o "$tar" "$image" >/dev/null ||
+        bash "$HACK/podman.sh" save --quiet --format docker-archive -o "$tar" "$image" >/dev/null ||
             die "podman save $image failed"
         bash "$HACK/kind-cluster.sh" load-archive "$tar" >&2 || die "loading $image into the nodes failed"
         rm -f "$tar"

@@ -189,7 +189,7 @@ image_up() {
     bash "$ROOT/hack/image-local.sh" "$bin" "$IMAGE" "$APP_VERSION" >/dev/null || die "hack/image-local.sh failed"
     log "loading $IMAGE into the kind cluster"
     tar=$(mktemp "$STATE/image.XXXXXX.tar")
-    bash "$ROOT/hack/podman.sh" save --format docker-archive -o "$tar" "$IMAGE" >/dev/null || die "podman save $IMAGE failed"
+    bash "$ROOT/hack/podman.sh" save --quiet --format docker-archive -o "$tar" "$IMAGE" >/dev/null || die "podman save $IMAGE failed"
     kind_cluster load-archive "$tar" >&2 || die "loading $IMAGE into the nodes failed"
     rm -f "$tar"
 }
