@@ -64,10 +64,17 @@ load "$APP_IMAGE"
 # --- 1. the app and the Service/DNS check ---------------------------------------------
 log "deploying the app ($APP_IMAGE) in namespace $NS"
 kctl create namespace "$NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
-kctl create --dry-run=client -o json -f "$ROOT/tests/kind/app.yaml" >"$WORK/app.json"
+kctl -n "$NS" create --dry-run=client -o json -f "$ROOT/tests/kind/app.yaml" >"$WORK/app.json"
 python3 - "$WORK/app.json" "$APP_IMAGE" <<'PY' | kctl -n "$NS" apply -f - >/dev/null
 import json, sys
-docs = json.load(open(sys.argv[1]))["items"]
+# `kubectl create --dry-run -o json` writes one JSON object per document, one after the other.
+text, docs, dec, i = open(sys.argv[1]).read(), [], json.JSONDecoder(), 0
+while i < len(text):
+    if text[i].isspace():
+        i += 1
+        continue
+    d, i = dec.raw_decode(text, i)
+    docs.append(d)
 spec = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "app")["spec"]["template"]["spec"]
 for d in docs:
     if d["kind"] in ("StatefulSet", "DaemonSet"):
