@@ -9,7 +9,11 @@
 #   localhost/stakater/reloader:REF   (printed as the last line; built once per REF)
 #
 # Usage: hack/reloader-image.sh [REF]   (default v1.4.21)
-#   RELOADER_SRC  a clone of github.com/stakater/Reloader (default /work/.mirror/stakater+Reloader/repo)
+#   RELOADER_SRC       a clone of github.com/stakater/Reloader (default /work/.mirror/stakater+Reloader/repo)
+#   OPENSHIFT_API_SRC  a clone of github.com/openshift/api (default /work/.mirror/openshift+api/repo),
+#                      used only when the module proxy does not serve the github.com/openshift/api
+#                      pseudo-version Reloader's go.mod requires (v1.4.21's is not served: 403): that
+#                      commit is exported next to the source and its go.mod gets a replace line.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GO_BUILD_NAME=reloader-image
@@ -32,6 +36,30 @@ src=$CACHE/reloader/src-$REF
 if [[ ! -f $src/.complete ]]; then
     rm -rf "$src" && mkdir -p "$src"
     git -C "$RELOADER_SRC" archive "$commit" | tar -x -C "$src"
+    # A pseudo-version the proxy does not serve: the same commit from a clone, by a replace line
+    # in the exported copy's go.mod (never in the Reloader clone, never in this repository).
+    api=$(cd "$src" && go mod edit -json | python3 -c '
+import json, sys
+print(next((r["Version"] for r in json.load(sys.stdin).get("Require") or [] if r["Path"] == "github.com/openshift/api"), ""))')
+    if [[ -n $api ]] && ! (cd "$src" && go mod download github.com/openshift/api >/dev/null 2>&1); then
+        api_commit=${api##*-}
+        OPENSHIFT_API_SRC=${OPENSHIFT_API_SRC:-/work/.mirror/openshift+api/repo}
+        git -C "$OPENSHIFT_API_SRC" rev-parse --verify --quiet "$api_commit^{commit}" >/dev/null ||
+            die "the module proxy does not serve github.com/openshift/api@$api and $OPENSHIFT_API_SRC has no commit $api_commit (set OPENSHIFT_API_SRC to a clone of github.com/openshift/api)"
+        log "github.com/openshift/api@$api is not on the module proxy: using commit $api_commit from $OPENSHIFT_API_SRC"
+        mkdir -p "$CACHE/reloader/openshift-api-$api_commit"
+        # A partial clone may lack some large blobs (generated OpenAPI code Reloader does not
+        # import): those files are left out, and named; the build fails if one was needed.
+        mapfile -t absent < <(git -C "$OPENSHIFT_API_SRC" ls-tree -r "$api_commit" |
+            awk '$2 == "blob" { print $3 "\t" $4 }' |
+            while IFS=$'\t' read -r blob path; do
+                git -C "$OPENSHIFT_API_SRC" cat-file -e "$blob" 2>/dev/null || echo ":(exclude)$path"
+            done)
+        ((${#absent[@]} == 0)) || log "not in $OPENSHIFT_API_SRC, left out: ${absent[*]}"
+        git -C "$OPENSHIFT_API_SRC" archive "$api_commit" -- . "${absent[@]}" |
+            tar -x -C "$CACHE/reloader/openshift-api-$api_commit"
+        (cd "$src" && go mod edit -replace "github.com/openshift/api=$CACHE/reloader/openshift-api-$api_commit")
+    fi
     touch "$src/.complete"
 fi
 ctx=$(mktemp -d "$CACHE/reloader/image.XXXXXX")
