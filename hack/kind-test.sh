@@ -194,13 +194,23 @@ for c in $CONTROLLERS; do
     done
 done
 
-python3 - "$RESULTS_DIR" <<'PY' >"$RESULTS_DIR/summary.md"
+python3 - "$RESULTS_DIR" $CONTROLLERS <<'PY' >"$RESULTS_DIR/summary.md"
 import glob, json, os, sys
 rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json")))]
+def pct(lat, p):
+    lat = sorted(lat)
+    return lat[min(len(lat) - 1, max(0, int(round(p / 100 * len(lat) + 0.5)) - 1))] if lat else None
 print("| run | changes | p50 | p99 | max | failed |")
 print("|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['label']} | {r['changes']} | {r['p50_s']} s | {r['p99_s']} s | {r['max_s']} s | {r['failures']} |")
+# Per controller, both strategies and both kinds of change together.
+for c in sys.argv[2:]:
+    mine = [r for r in rows if r["label"].startswith(c + "-")]
+    lat = [s["latency_s"] for r in mine for s in r["samples"] if s["latency_s"] is not None]
+    if mine:
+        n = sum(r["changes"] for r in mine)
+        print(f"| **{c}, all** | {n} | {pct(lat, 50)} s | {pct(lat, 99)} s | {max(lat) if lat else None} s | {sum(r['failures'] for r in mine)} |")
 PY
 cat "$RESULTS_DIR/summary.md" >&2
 log "done in ${SECONDS}s (results: $RESULTS_DIR)"

@@ -28,7 +28,7 @@
 #   IMAGE=                image name:tag built and loaded into the cluster (default: the chart's
 #                         default image, values.yaml image.repository : Chart.yaml appVersion,
 #                         as `make image` names it)
-#   RESULTS_DIR=loadtest/results/kind
+#   RESULTS_DIR=loadtest/results  (files: <scenario>-<scale>-kind-<mode>-<commit>.{json,md,svg})
 #   LOADTEST_ARGS=        more flags for the load generator (e.g. '--changes 300 --rate 5')
 #   KUBE_RELOADER_BIN=    MODE=binary: measure this binary (default: `make -s binary`)
 #
@@ -52,7 +52,7 @@ CHART=$ROOT/deployments/kubernetes/chart/kube-reloader
 APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")
 IMAGE=${IMAGE:-$(awk '/^image:/ { f = 1; next } f && /^  repository:/ { print $2; exit }' \
     "$CHART/values.yaml"):$APP_VERSION}
-RESULTS_DIR=${RESULTS_DIR:-$ROOT/loadtest/results/kind}
+RESULTS_DIR=${RESULTS_DIR:-$ROOT/loadtest/results}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # kwok: the binary hack/toolchain.sh builds, run on this machine against the kind API server
 # (its in-cluster manifests and image are on GitHub and a registry, which these machines do not reach).
@@ -383,7 +383,9 @@ cmd_run() {
     local loadgen=$CARGO_TARGET_DIR/release/kube-reloader-loadtest
     mkdir -p "$RESULTS_DIR"
 
-    local label=kind-$MODE
+    # Named like the other results (scenario, scale, commit), with the mode: kind-in-cluster-<commit>.
+    local label
+    label=kind-$MODE-$(git -C "$ROOT" rev-parse --short=7 HEAD)
     local args=(--scale "$SCALE" --kubeconfig "$KUBECONFIG_PATH" --results-dir "$RESULTS_DIR"
         --controller-label "$label")
     if [[ $MODE == in-cluster ]]; then
