@@ -187,8 +187,12 @@ cluster_exists() { kind_ get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; }
 
 # The bridge CNI of each node (kindnetd's job): its podCIDR on cni0, routes to the others'.
 cni_up() {
-    local nodes n cidr ip
-    mapfile -t nodes < <(kctl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
+    local nodes=() n cidr ip
+    # Only this cluster's kind nodes (not, e.g., the load test's kwok nodes).
+    for n in $(kind_ get nodes --name "$CLUSTER_NAME" 2>/dev/null); do
+        nodes+=("$(kctl get node "$n" -o jsonpath='{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}')")
+    done
+    ((${#nodes[@]})) || die "kind get nodes --name $CLUSTER_NAME found no node"
     for n in "${nodes[@]}"; do
         read -r name cidr ip <<<"$n"
         [[ -n $cidr ]] || die "node $name has no podCIDR (kube-controller-manager --allocate-node-cidrs)"
@@ -240,9 +244,15 @@ cmd_up() {
     (umask 077 && kind_ get kubeconfig --name "$CLUSTER_NAME" --internal |
         sed "s|server: https://.*:6443|server: https://$CP_IP:6443|" >"$KUBECONFIG_PATH")
     cni_up
-    kctl wait --for=condition=Ready node --all --timeout=180s >&2 || die "nodes not Ready (kubectl get nodes)"
+    # shellcheck disable=SC2046 # one argument per node name
+    kctl wait --for=condition=Ready $(kind_ get nodes --name "$CLUSTER_NAME" 2>/dev/null | sed 's|^|node/|') \
+        --timeout=180s >&2 || die "nodes not Ready (kubectl get nodes)"
     kctl -n kube-system rollout status deployment/coredns --timeout=180s >&2 || die "coredns not available"
-    kctl -n kube-system rollout status daemonset/kube-proxy --timeout=180s >&2 || die "kube-proxy not available"
+    # kube-proxy on this cluster's kind nodes (the DaemonSet also lands on any fake node).
+    for n in $(kind_ get nodes --name "$CLUSTER_NAME" 2>/dev/null); do
+        kctl -n kube-system wait --for=condition=Ready pod -l k8s-app=kube-proxy \
+            --field-selector "spec.nodeName=$n" --timeout=180s >/dev/null || die "kube-proxy not Ready on $n"
+    done
     log "cluster $CLUSTER_NAME up in $((SECONDS - start))s; kubeconfig: $KUBECONFIG_PATH"
     echo "$KUBECONFIG_PATH"
 }

@@ -138,8 +138,15 @@ kwok_up() {
     if [[ -f $STATE/kwok.pid ]] && kill -0 "$(cat "$STATE/kwok.pid")" 2>/dev/null; then
         log "kwok already runs (pid $(cat "$STATE/kwok.pid"))"
     else
+        # The stages of kwok's release manifest stage-fast.yaml (kustomize/stage/fast: node/fast,
+        # node/heartbeat-with-lease, pod/fast), read from the kwok module hack/toolchain.sh built.
+        local stages=$CACHE/go/mod/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage f configs=()
+        for f in "$stages"/node/fast/*.yaml "$stages"/node/heartbeat-with-lease/*.yaml "$stages"/pod/fast/*.yaml; do
+            [[ $(basename "$f") == kustomization.yaml ]] || configs+=("--config=$f")
+        done
+        ((${#configs[@]} >= 3)) || die "kwok's stage files not found in $stages (hack/toolchain.sh downloads sigs.k8s.io/kwok@$KWOK_VERSION)"
         # Only the nodes annotated kwok.x-k8s.io/node=fake; the real kind nodes are the kubelets'.
-        nohup "$KWOK" --kubeconfig="$KUBECONFIG_PATH" --manage-all-nodes=false \
+        nohup "$KWOK" --kubeconfig="$KUBECONFIG_PATH" --manage-all-nodes=false "${configs[@]}" \
             --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
             --server-address=127.0.0.1:0 >"$STATE/kwok.log" 2>&1 &
         echo $! >"$STATE/kwok.pid"
