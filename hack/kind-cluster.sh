@@ -9,8 +9,8 @@
 #   hack/kind-cluster.sh load-archive TAR   load an image archive into every node
 #
 # What differs from `kind create cluster` on a Docker host, and why:
-#   - podman is called through a wrapper ($STATE/bin/podman) that uses hack/podman.sh's storage
-#     and a containers.conf of its own, whose CNI config directory is $STATE/cni (the host's
+#   - podman is called through a wrapper ($NET_STATE/bin/podman) that uses hack/podman.sh's storage
+#     and a containers.conf of its own, whose CNI config directory is $NET_STATE/cni (the host's
 #     /etc/cni is left alone). The wrapper also: binds an empty directory on /lib/modules (kind
 #     mounts the host's, which these machines do not have); gives the control-plane node the fixed
 #     address $CP_IP and every node a hosts entry for it (podman 4.3 with CNI has no DNS for
@@ -235,7 +235,7 @@ cmd_up() {
         log "kind create cluster --name $CLUSTER_NAME --image $image (1 control plane, $KIND_WORKERS workers)"
         if ! kind_ create cluster --name "$CLUSTER_NAME" --image "$image" --config "$STATE/kind-config.yaml" \
             --retain --kubeconfig "$STATE/kind-kubeconfig" -v 1 >&2; then
-            log "kind create cluster failed; node logs: hack/kind-cluster.sh logs (kind export logs)"
+            log "kind create cluster failed; exporting the nodes' logs (kind export logs)"
             kind_ export logs "$STATE/logs" --name "$CLUSTER_NAME" >&2 || true
             die "kind create cluster failed (logs in $STATE/logs; delete with: $0 down)"
         fi

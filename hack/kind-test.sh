@@ -195,11 +195,11 @@ for c in $CONTROLLERS; do
 done
 
 python3 - "$RESULTS_DIR" $CONTROLLERS <<'PY' >"$RESULTS_DIR/summary.md"
-import glob, json, os, sys
+import glob, json, math, os, sys
 rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json")))]
-def pct(lat, p):
+def pct(lat, p):  # nearest rank, as tests/kind/reload_latency.py
     lat = sorted(lat)
-    return lat[min(len(lat) - 1, max(0, int(round(p / 100 * len(lat) + 0.5)) - 1))] if lat else None
+    return lat[max(0, math.ceil(p / 100 * len(lat)) - 1)] if lat else None
 print("| run | changes | p50 | p99 | max | failed |")
 print("|---|---|---|---|---|---|")
 for r in rows:

@@ -20,6 +20,7 @@ import argparse
 import base64
 import http.client
 import json
+import math
 import os
 import ssl
 import statistics
@@ -172,10 +173,10 @@ def main():
 
     lat = sorted(s["latency_s"] for s in samples if s["latency_s"] is not None)
 
-    def pct(p):
+    def pct(p):  # nearest rank: the smallest sample with at least p % of the samples at or below it
         if not lat:
             return None
-        return lat[min(len(lat) - 1, max(0, int(round(p / 100 * len(lat) + 0.5)) - 1))]
+        return lat[max(0, math.ceil(p / 100 * len(lat)) - 1)]
 
     result = {"label": a.label, "changes": a.changes, "deadline_s": a.deadline,
               "p50_s": pct(50), "p99_s": pct(99), "max_s": lat[-1] if lat else None,
