@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test chart-unittest reloader-chart-tests observe observe-down rules-test
+.PHONY: kind-node-image kind-cluster kind-cluster-down kind-cluster-test kind-test toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test chart-unittest reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -178,6 +178,25 @@ image-local:
 image-test:
 	@bash hack/cluster.sh up >/dev/null
 	KUBE_RELOADER_IMAGE=$(IMAGE) cargo test --locked --test image -- --nocapture
+
+## Real nodes (issue #39, loadtest/kind/README.md). `make kind-node-image`: a kind node image
+## built offline (Debian packages + Go modules, hack/kind-node.sh), cached in $(CACHE)/kind-node.
+## `make kind-cluster`: a kind cluster under podman, 1 control plane + KIND_WORKERS (2) workers
+## (hack/kind-cluster.sh; last line: its kubeconfig); `make kind-cluster-down` deletes it.
+## `make kind-cluster-test`: the cluster's smoke test (pods Ready, a pod reaches a Service by
+## name). `make kind-test`: the reload end to end on real pods, kube-reloader and stakater/Reloader
+## side by side (hack/kind-test.sh; RELOADER_SRC=<Reloader clone>, CHANGES=10 per strategy).
+## Not part of `make test` (see loadtest/kind/README.md for its run time).
+kind-node-image: packages
+	@bash hack/kind-node.sh
+kind-cluster: packages
+	@bash hack/kind-cluster.sh up
+kind-cluster-down:
+	@bash hack/kind-cluster.sh down
+kind-cluster-test: packages
+	@SMOKE_ONLY=1 bash hack/kind-test.sh
+kind-test: packages
+	@bash hack/kind-test.sh
 
 ## Only the chart and RBAC tests: helm lint/template, server-side dry run, least privilege per mode.
 chart-test: toolchain packages

@@ -6,6 +6,12 @@ NEEDED=(
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 faketime" # clock-skew test (tests/sharding.rs)
     "/usr/bin/podman podman" # make image-local / image-test (hack/podman.sh)
     "/usr/sbin/runc runc"    # the OCI runtime hack/podman/containers.conf names
+    "/usr/sbin/debootstrap debootstrap"                # the kind node image's root (hack/kind-node.sh)
+    "/usr/lib/cni/bridge containernetworking-plugins" # podman's kind network (hack/kind-cluster.sh)
+    "/usr/lib/x86_64-linux-gnu/libc.a libc6-dev"      # pause, linked statically (hack/kind-node-bins.sh)
+    "/usr/bin/gcc gcc"
+    "/usr/bin/flock util-linux"
+    "/usr/sbin/ip iproute2"
 )
 missing=()
 for entry in "${NEEDED[@]}"; do

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The load test (loadtest/) against a kind cluster instead of the local control plane of
-# hack/cluster.sh. Needs a Docker engine, kind, kubectl, helm and cargo. See loadtest/kind/README.md.
+# hack/cluster.sh. The cluster is hack/kind-cluster.sh's (kind under podman, with the node image
+# hack/kind-node.sh builds offline); kwok runs on this machine. Needs podman, kubectl, helm and
+# cargo (kind, kubectl and helm are built into the cache when missing). See loadtest/kind/README.md.
 #
 #   loadtest/kind/run.sh          create (or reuse) the cluster, install kwok and fake nodes,
 #                                 build and install kube-reloader, run the load test
@@ -15,18 +17,18 @@
 #                         (restart needs MODE=binary; `all` in MODE=in-cluster runs the scenarios
 #                         it supports one by one)
 #   SCALE=small           small|medium|large (large: 100k Deployments, run by hand)
-#   MODE=in-cluster       in-cluster: the image built from ./Dockerfile, installed with the Helm
-#                         chart, is the controller under test. binary: the load generator starts
+#   MODE=in-cluster       in-cluster: the image `make image-local` builds (FROM scratch + the
+#                         release binary), installed with the Helm chart, is the controller under test. binary: the load generator starts
 #                         the release binary on this machine against the kind cluster (like
 #                         `make loadtest`), so memory, CPU and API requests are measured too.
 #   CLUSTER_NAME=kube-reloader-loadtest
 #   KEEP_CLUSTER=1        0: delete the cluster when the script ends (even one it reused)
-#   KIND_NODE_IMAGE=      kindest/node image (default: the kind release's default)
+#   KIND_WORKERS=0        real worker nodes besides the control plane (hack/kind-cluster.sh)
 #   KWOK_NODES=3          fake nodes
 #   IMAGE=                image name:tag built and loaded into the cluster (default: the chart's
 #                         default image, values.yaml image.repository : Chart.yaml appVersion,
 #                         as `make image` names it)
-#   RESULTS_DIR=loadtest/results/kind
+#   RESULTS_DIR=loadtest/results  (files: <scenario>-<scale>-kind-<mode>-<commit>.{json,md,svg})
 #   LOADTEST_ARGS=        more flags for the load generator (e.g. '--changes 300 --rate 5')
 #   KUBE_RELOADER_BIN=    MODE=binary: measure this binary (default: `make -s binary`)
 #
@@ -44,17 +46,17 @@ SCALE=${SCALE:-small}
 MODE=${MODE:-in-cluster}
 CLUSTER_NAME=${CLUSTER_NAME:-kube-reloader-loadtest}
 KEEP_CLUSTER=${KEEP_CLUSTER:-1}
-KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-}
+KIND_WORKERS=${KIND_WORKERS:-0}
 KWOK_NODES=${KWOK_NODES:-3}
 CHART=$ROOT/deployments/kubernetes/chart/kube-reloader
 APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")
 IMAGE=${IMAGE:-$(awk '/^image:/ { f = 1; next } f && /^  repository:/ { print $2; exit }' \
     "$CHART/values.yaml"):$APP_VERSION}
-RESULTS_DIR=${RESULTS_DIR:-$ROOT/loadtest/results/kind}
+RESULTS_DIR=${RESULTS_DIR:-$ROOT/loadtest/results}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
-# kwok's in-cluster manifests, at the version hack/toolchain.sh builds for the local control plane.
+# kwok: the binary hack/toolchain.sh builds, run on this machine against the kind API server
+# (its in-cluster manifests and image are on GitHub and a registry, which these machines do not reach).
 KWOK_VERSION=${KWOK_VERSION:-$(sed -n 's/^KWOK_VERSION=//p' "$ROOT/hack/toolchain.sh" | head -n1)}
-KWOK_URL=https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION
 
 RELEASE=kube-reloader
 RELEASE_NS=kube-reloader
@@ -89,21 +91,11 @@ tool() {
     return 0
 }
 
-# find_tools: sets KIND, DOCKER, KUBECTL, HELM (DOCKER and HELM only where the mode needs them).
+# find_tools: sets KIND, KUBECTL, HELM, KWOK (HELM only where the mode needs it). kind and kubectl
+# are hack/kind-node-bins.sh's, kwok hack/toolchain.sh's, helm hack/helm.sh's (built when missing).
 find_tools() {
-    local missing=()
-    KIND=$(tool kind)
-    [[ -n $KIND ]] || missing+=("kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation)")
-    DOCKER=$(tool docker)
-    [[ -n $DOCKER ]] || missing+=("docker (a Docker engine: kind runs its nodes as containers)")
-    # kubectl and helm may be the ones the repository builds into its cache (hack/toolchain.sh,
-    # hack/helm.sh); --bin-dir only prints where they would be, it builds nothing.
-    KUBECTL=$(tool kubectl "$(bash "$ROOT/hack/toolchain.sh" --bin-dir)")
-    [[ -n $KUBECTL ]] || missing+=("kubectl (on PATH, or build it: bash hack/toolchain.sh)")
-    HELM=$(tool helm "$(bash "$ROOT/hack/helm.sh" --bin-dir)")
-    if [[ -z $HELM && $MODE == in-cluster ]]; then
-        missing+=("helm (on PATH, or build it: bash hack/helm.sh)")
-    fi
+    local missing=() bins
+    command -v podman >/dev/null 2>&1 || missing+=("podman (kind's nodes run as podman containers; hack/packages.sh)")
     if ! command -v cargo >/dev/null 2>&1; then
         missing+=("cargo (the load generator is built from loadtest/)")
     fi
@@ -111,45 +103,54 @@ find_tools() {
         printf '[kind-loadtest] ERROR: missing: %s\n' "${missing[@]}" >&2
         exit 2
     fi
-    "$DOCKER" info >/dev/null 2>&1 ||
-        die "docker is installed but no Docker engine answers ('docker info' failed); kind needs one"
+    bins=$(bash "$ROOT/hack/kind-node-bins.sh" | tail -n1) || die "hack/kind-node-bins.sh failed"
+    KIND=$bins/kind
+    KUBECTL=$bins/kubectl
+    KWOK=$(bash "$ROOT/hack/toolchain.sh" | tail -n1)/kwok
+    [[ -x $KWOK ]] || die "kwok not found after hack/toolchain.sh"
+    HELM=""
+    if [[ $MODE == in-cluster ]]; then
+        HELM=$(bash "$ROOT/hack/helm.sh" | tail -n1)/helm
+        [[ -x $HELM ]] || die "helm not found after hack/helm.sh"
+    fi
 }
 
 kctl() { "$KUBECTL" --kubeconfig="$KUBECONFIG_PATH" "$@"; }
 helm_() { "$HELM" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 
-cluster_exists() { "$KIND" get clusters 2>/dev/null | grep -qx -- "$CLUSTER_NAME"; }
+kind_cluster() { CLUSTER_NAME=$CLUSTER_NAME KIND_WORKERS=$KIND_WORKERS bash "$ROOT/hack/kind-cluster.sh" "$@"; }
 
 # --- cluster, kwok ---------------------------------------------------------------
 
 cluster_up() {
     mkdir -p "$STATE"
-    if cluster_exists; then
-        log "reusing kind cluster '$CLUSTER_NAME' (made from whatever config it was created with;" \
-            "'$0 down' deletes it)"
-    else
-        log "creating kind cluster '$CLUSTER_NAME' from $KIND_DIR/kind-config.yaml"
-        local args=(create cluster --name "$CLUSTER_NAME" --config "$KIND_DIR/kind-config.yaml"
-            --kubeconfig "$KUBECONFIG_PATH" --wait 180s)
-        if [[ -n $KIND_NODE_IMAGE ]]; then args+=(--image "$KIND_NODE_IMAGE"); fi
-        "$KIND" "${args[@]}" || die "kind create cluster failed"
-    fi
-    # Our own kubeconfig file: ~/.kube/config and $KUBECONFIG are left alone.
-    (umask 077 && "$KIND" get kubeconfig --name "$CLUSTER_NAME" >"$KUBECONFIG_PATH") ||
-        die "kind get kubeconfig failed"
-    kctl wait --for=condition=Ready node --all --timeout=180s >/dev/null ||
-        die "the cluster's nodes did not become Ready"
+    log "creating (or reusing) kind cluster '$CLUSTER_NAME' (hack/kind-cluster.sh, $KIND_WORKERS workers," \
+        "the tuning of $KIND_DIR/kubeadm-patches.yaml)"
+    local kc
+    kc=$(KIND_PATCHES_FILE=$KIND_DIR/kubeadm-patches.yaml kind_cluster up | tail -n1) ||
+        die "hack/kind-cluster.sh up failed"
+    [[ $kc == "$KUBECONFIG_PATH" ]] || die "hack/kind-cluster.sh wrote its kubeconfig to $kc, expected $KUBECONFIG_PATH"
     log "cluster ready; kubeconfig: $KUBECONFIG_PATH"
 }
 
 kwok_up() {
-    [[ -n $KWOK_VERSION ]] || die "could not read KWOK_VERSION from hack/toolchain.sh"
-    log "installing kwok $KWOK_VERSION (kwok.yaml, stage-fast.yaml) and $KWOK_NODES fake nodes"
-    kctl apply -f "$KWOK_URL/kwok.yaml" >/dev/null || die "kubectl apply $KWOK_URL/kwok.yaml failed"
-    kctl apply -f "$KWOK_URL/stage-fast.yaml" >/dev/null ||
-        die "kubectl apply $KWOK_URL/stage-fast.yaml failed"
-    kctl -n kube-system rollout status deployment/kwok-controller --timeout=180s >/dev/null ||
-        die "kwok-controller did not become available (kubectl -n kube-system get pods)"
+    log "starting kwok $KWOK_VERSION on this machine for $KWOK_NODES fake nodes"
+    if [[ -f $STATE/kwok.pid ]] && kill -0 "$(cat "$STATE/kwok.pid")" 2>/dev/null; then
+        log "kwok already runs (pid $(cat "$STATE/kwok.pid"))"
+    else
+        # The stages of kwok's release manifest stage-fast.yaml (kustomize/stage/fast: node/fast,
+        # node/heartbeat-with-lease, pod/fast), read from the kwok module hack/toolchain.sh built.
+        local stages=$CACHE/go/mod/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage f configs=()
+        for f in "$stages"/node/fast/*.yaml "$stages"/node/heartbeat-with-lease/*.yaml "$stages"/pod/fast/*.yaml; do
+            [[ $(basename "$f") == kustomization.yaml ]] || configs+=("--config=$f")
+        done
+        ((${#configs[@]} >= 3)) || die "kwok's stage files not found in $stages (hack/toolchain.sh downloads sigs.k8s.io/kwok@$KWOK_VERSION)"
+        # Only the nodes annotated kwok.x-k8s.io/node=fake; the real kind nodes are the kubelets'.
+        nohup "$KWOK" --kubeconfig="$KUBECONFIG_PATH" --manage-all-nodes=false "${configs[@]}" \
+            --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+            --server-address=127.0.0.1:0 >"$STATE/kwok.log" 2>&1 &
+        echo $! >"$STATE/kwok.pid"
+    fi
     local i
     for ((i = 0; i < KWOK_NODES; i++)); do
         # The annotation makes kwok manage the node; the taint keeps real pods (the chart's
@@ -181,7 +182,7 @@ EOF
     done
     if ((KWOK_NODES > 0)); then
         kctl wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null ||
-            die "the kwok nodes did not become Ready (kubectl get nodes; kwok-controller logs)"
+            die "the kwok nodes did not become Ready (kubectl get nodes; $STATE/kwok.log)"
     fi
 }
 
@@ -189,11 +190,15 @@ EOF
 
 image_up() {
     [[ $IMAGE == *:* && ${IMAGE##*:} != */* ]] || die "IMAGE must be name:tag (got '$IMAGE')"
-    log "building $IMAGE from $ROOT/Dockerfile"
-    DOCKER_BUILDKIT=1 "$DOCKER" build --build-arg "VERSION=$APP_VERSION" -t "$IMAGE" "$ROOT" ||
-        die "docker build failed"
+    local bin tar
+    bin=${KUBE_RELOADER_BIN:-$(make -s -C "$ROOT" --no-print-directory binary | tail -n1)}
+    log "building $IMAGE from $bin (hack/image-local.sh, as make image-local)"
+    bash "$ROOT/hack/image-local.sh" "$bin" "$IMAGE" "$APP_VERSION" >/dev/null || die "hack/image-local.sh failed"
     log "loading $IMAGE into the kind cluster"
-    "$KIND" load docker-image "$IMAGE" --name "$CLUSTER_NAME" || die "kind load docker-image failed"
+    tar=$(mktemp "$STATE/image.XXXXXX.tar")
+    bash "$ROOT/hack/podman.sh" save --quiet --format docker-archive -o "$tar" "$IMAGE" >/dev/null || die "podman save $IMAGE failed"
+    kind_cluster load-archive "$tar" >&2 || die "loading $IMAGE into the nodes failed"
+    rm -f "$tar"
 }
 
 write_base_values() {
@@ -338,14 +343,16 @@ for p in json.load(sys.stdin).get("pods", []):
 
 # --- main ------------------------------------------------------------------------
 
-cmd_down() {
-    KIND=$(tool kind)
-    [[ -n $KIND ]] || die "kind not found"
-    if cluster_exists; then
-        "$KIND" delete cluster --name "$CLUSTER_NAME"
-    else
-        log "no kind cluster '$CLUSTER_NAME'"
+kwok_down() {
+    if [[ -f $STATE/kwok.pid ]]; then
+        kill "$(cat "$STATE/kwok.pid")" 2>/dev/null || true
+        rm -f "$STATE/kwok.pid"
     fi
+}
+
+cmd_down() {
+    kwok_down
+    kind_cluster down
     rm -rf "$STATE"
 }
 
@@ -365,7 +372,7 @@ cmd_run() {
     fi
     find_tools
     if [[ $KEEP_CLUSTER == 0 ]]; then
-        trap 'log "KEEP_CLUSTER=0: deleting the cluster"; "$KIND" delete cluster --name "$CLUSTER_NAME" || true; rm -rf "$STATE"' EXIT
+        trap 'log "KEEP_CLUSTER=0: deleting the cluster"; cmd_down || true' EXIT
     fi
     cluster_up
     kwok_up
@@ -383,7 +390,9 @@ cmd_run() {
     local loadgen=$CARGO_TARGET_DIR/release/kube-reloader-loadtest
     mkdir -p "$RESULTS_DIR"
 
-    local label=kind-$MODE
+    # Named like the other results (scenario, scale, commit), with the mode: kind-in-cluster-<commit>.
+    local label
+    label=kind-$MODE-$(git -C "$ROOT" rev-parse --short=7 HEAD)
     local args=(--scale "$SCALE" --kubeconfig "$KUBECONFIG_PATH" --results-dir "$RESULTS_DIR"
         --controller-label "$label")
     if [[ $MODE == in-cluster ]]; then

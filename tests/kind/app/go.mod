@@ -1,0 +1,3 @@
+module kube-reloader.local/kind-app
+
+go 1.26
