@@ -217,19 +217,14 @@ pub fn rollout_strategy_of(
     keys: &AnnotationKeys,
     metadata: &BTreeMap<String, String>,
 ) -> (RolloutStrategy, Option<PolicyProblem>) {
-    match metadata
-        .get(keys.rollout_strategy.as_str())
-        .map(|s| s.trim())
-    {
-        None | Some("") | Some("rollout") => (RolloutStrategy::Rollout, None),
-        Some("restart") => (RolloutStrategy::Restart, None),
-        Some(other) => {
-            let problem = PolicyProblem::UnknownRolloutStrategy {
-                value: other.to_string(),
-            };
-            (RolloutStrategy::Rollout, Some(problem))
-        }
-    }
+    let choices = [
+        ("", RolloutStrategy::Rollout),
+        ("rollout", RolloutStrategy::Rollout),
+        ("restart", RolloutStrategy::Restart),
+    ];
+    choice_of(metadata.get(&keys.rollout_strategy), &choices, |value| {
+        PolicyProblem::UnknownRolloutStrategy { value }
+    })
 }
 
 /// A CronJob's `cronjob-reload-strategy` (metadata only): `patch` patches its job template (and
@@ -239,18 +234,29 @@ pub fn cronjob_reload_strategy_of(
     keys: &AnnotationKeys,
     metadata: &BTreeMap<String, String>,
 ) -> (CronJobReloadStrategy, Option<PolicyProblem>) {
-    match metadata
-        .get(keys.cronjob_reload_strategy.as_str())
-        .map(|s| s.trim())
-    {
-        None | Some("") | Some("immediate-job") => (CronJobReloadStrategy::CreateJob, None),
-        Some("patch") => (CronJobReloadStrategy::Patch, None),
-        Some(other) => {
-            let problem = PolicyProblem::UnknownCronJobReloadStrategy {
-                value: other.to_string(),
-            };
-            (CronJobReloadStrategy::CreateJob, Some(problem))
-        }
+    let choices = [
+        ("", CronJobReloadStrategy::CreateJob),
+        ("immediate-job", CronJobReloadStrategy::CreateJob),
+        ("patch", CronJobReloadStrategy::Patch),
+    ];
+    choice_of(
+        metadata.get(&keys.cronjob_reload_strategy),
+        &choices,
+        |value| PolicyProblem::UnknownCronJobReloadStrategy { value },
+    )
+}
+
+/// A value among `choices` (trimmed; absent reads as ""), or the first choice with the problem
+/// `unknown` makes of it.
+fn choice_of<T: Copy>(
+    value: Option<&String>,
+    choices: &[(&str, T)],
+    unknown: impl FnOnce(String) -> PolicyProblem,
+) -> (T, Option<PolicyProblem>) {
+    let value = value.map_or("", |v| v.trim());
+    match choices.iter().find(|(name, _)| *name == value) {
+        Some((_, choice)) => (*choice, None),
+        None => (choices[0].1, Some(unknown(value.to_string()))),
     }
 }
 

@@ -226,6 +226,18 @@ async fn a_reload_is_one_trace_linked_from_its_event_and_counted_in_metrics() {
     }
 }
 
+/// The first request `receiver` got, waiting up to 10 s for it.
+async fn first_request(receiver: &Receiver, what: &str) -> common::receiver::Request {
+    wait_for(what, Duration::from_secs(10), || async {
+        receiver
+            .requests()
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("nothing received yet ({what})"))
+    })
+    .await
+}
+
 async fn alert_body(
     sink: &str,
     additional_info: Option<&str>,
@@ -244,14 +256,7 @@ async fn alert_body(
     let _controller =
         Controller::start_with_env(&[&format!("--namespaces={}", ns.name)], &env).await;
     change_and_wait(&ns, "v2").await;
-    let request = wait_for("the alert", Duration::from_secs(10), || async {
-        receiver
-            .requests()
-            .into_iter()
-            .next()
-            .ok_or_else(|| "no request yet".to_string())
-    })
-    .await;
+    let request = first_request(&receiver, "the alert").await;
     (request, ns.name.clone())
 }
 
@@ -302,18 +307,7 @@ async fn alerts_go_through_the_configured_proxy() {
     )
     .await;
     change_and_wait(&ns, "v2").await;
-    let req = wait_for(
-        "the alert at the proxy",
-        Duration::from_secs(10),
-        || async {
-            proxy
-                .requests()
-                .into_iter()
-                .next()
-                .ok_or_else(|| "nothing at the proxy".to_string())
-        },
-    )
-    .await;
+    let req = first_request(&proxy, "the alert at the proxy").await;
     // A forward proxy receives the absolute URL.
     assert_eq!(req.method, "POST");
     assert_eq!(req.target, "http://alerts.example.invalid/hook");
@@ -339,14 +333,7 @@ async fn structured_alerts_and_alert_proxy_are_reloader_v2s() {
     )
     .await;
     change_and_wait(&ns, "v2").await;
-    let req = wait_for("the alert", Duration::from_secs(10), || async {
-        receiver
-            .requests()
-            .into_iter()
-            .next()
-            .ok_or_else(|| "no request yet".to_string())
-    })
-    .await;
+    let req = first_request(&receiver, "the alert").await;
     assert!(
         req.header("content-type")
             .unwrap_or_default()
@@ -382,18 +369,7 @@ async fn structured_alerts_and_alert_proxy_are_reloader_v2s() {
     )
     .await;
     change_and_wait(&ns, "v3").await;
-    let req = wait_for(
-        "the alert at ALERT_PROXY",
-        Duration::from_secs(10),
-        || async {
-            proxy
-                .requests()
-                .into_iter()
-                .next()
-                .ok_or_else(|| "nothing at the proxy".to_string())
-        },
-    )
-    .await;
+    let req = first_request(&proxy, "the alert at ALERT_PROXY").await;
     assert_eq!(req.target, "http://alerts.example.invalid/hook");
 }
 
