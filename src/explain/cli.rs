@@ -320,19 +320,10 @@ async fn lint_optional_apis(
     settings: &Settings,
     target: Option<&str>,
 ) -> Vec<Lint> {
-    use crate::resources::OptionalApi;
-    use crate::watch::served::{Discovery, discover};
-    let workloads = WorkloadKind::ALL
-        .into_iter()
-        .filter(|k| settings.handles_workload(*k))
-        .filter_map(OptionalApi::of_workload);
-    let configs = ConfigKind::ALL
-        .into_iter()
-        .filter(|k| settings.watches_config(*k))
-        .filter_map(OptionalApi::of_config);
+    use crate::watch::served::{Discovery, discover, optional_apis};
     let (namespace, name) = target.and_then(|t| t.split_once('/')).unwrap_or_default();
     let mut findings = Vec::new();
-    for api in workloads.chain(configs) {
+    for api in optional_apis(settings) {
         if discover(client, api).await == Discovery::NotServed {
             findings.push(Lint {
                 severity: Severity::Warning,

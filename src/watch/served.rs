@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use kube::Client;
 use tracing::{info, warn};
 
+use crate::config::Settings;
 use crate::model::{ConfigKind, WorkloadKind};
 use crate::resources::OptionalApi;
 
@@ -39,6 +40,19 @@ pub async fn discover(client: &Client, api: OptionalApi) -> Discovery {
         Err(kube::Error::Api(status)) if status.code == 404 => Discovery::NotServed,
         Err(e) => Discovery::Unknown(e.to_string()),
     }
+}
+
+/// The optional APIs `settings` turn on (the controller watches them, lint checks them).
+pub fn optional_apis(settings: &Settings) -> Vec<OptionalApi> {
+    let workloads = WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| settings.handles_workload(*k))
+        .filter_map(OptionalApi::of_workload);
+    let configs = ConfigKind::ALL
+        .into_iter()
+        .filter(|k| settings.watches_config(*k))
+        .filter_map(OptionalApi::of_config);
+    workloads.chain(configs).collect()
 }
 
 /// What the last check of each optional API the settings turn on found (read by explain and the
@@ -73,15 +87,7 @@ impl ServedApis {
 impl WatchContext {
     /// The first check of every optional API the settings turn on, before any watch starts.
     pub(super) async fn discover_optional_apis(&self) {
-        let workloads = WorkloadKind::ALL
-            .into_iter()
-            .filter(|k| self.settings.handles_workload(*k))
-            .filter_map(OptionalApi::of_workload);
-        let configs = ConfigKind::ALL
-            .into_iter()
-            .filter(|k| self.settings.watches_config(*k))
-            .filter_map(OptionalApi::of_config);
-        for api in workloads.chain(configs) {
+        for api in optional_apis(&self.settings) {
             self.check(api).await;
         }
     }
