@@ -7,7 +7,7 @@ export KUBE_RELOADER_CACHE := $(CACHE)
 # The cargo target dir lives outside the clone too, so CI reruns and fresh clones reuse it.
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 
-.PHONY: kind-node-image kind-cluster kind-cluster-down kind-cluster-test kind-test toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test chart-unittest reloader-chart-tests observe observe-down rules-test
+.PHONY: shadow-test kind-node-image kind-cluster kind-cluster-down kind-cluster-test kind-test reloader-e2e toolchain packages cluster cluster-down cluster-status kubeconfig binary kubectl-plugin demo test loadtest-small lint loadtest chaos chaos-small chaos-short chaos-summary chaos-run manifests image image-local image-test chart-test chart-unittest reloader-chart-tests observe observe-down rules-test
 
 ## Build (once) etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, and the
 ## observability tools prometheus, promtool, jaeger (hack/observe-tools.sh; tests/observability.rs).
@@ -198,6 +198,15 @@ kind-cluster-test: packages
 kind-test: packages
 	@bash hack/kind-test.sh
 
+## Shadow mode beside stakater/Reloader (tests/shadow.rs): Reloader built once from a Reloader
+## git repository (hack/reloader-binary.sh; RELOADER_SRC=<git dir>, RELOADER_REF=<ref>, default
+## v1.4.21), then the side-by-side scenario under both strategies on the local control plane.
+## Its own target: `make test` runs the same scenario beside kube-reloader, needing no Reloader.
+shadow-test: toolchain packages
+	@bash hack/cluster.sh up >/dev/null
+	@bin=$$(RELOADER_SRC="$(RELOADER_SRC)" bash hack/reloader-binary.sh $(or $(RELOADER_REF),v1.4.21) | tail -n1) && \
+		RELOADER_BIN=$$bin cargo test --locked --test shadow -- --ignored --nocapture
+
 ## Only the chart and RBAC tests: helm lint/template, server-side dry run, least privilege per mode.
 chart-test: toolchain packages
 	@bash hack/cluster.sh up >/dev/null
@@ -214,6 +223,14 @@ chart-unittest:
 RELOADER_REF ?=
 reloader-chart-tests:
 	@RELOADER_SRC="$(RELOADER_SRC)" bash hack/reloader-chart-tests.sh $(RELOADER_REF)
+
+## stakater/Reloader's own e2e suite (its test/e2e, Ginkgo) against kube-reloader: Reloader's chart
+## with kube-reloader's image (`make image-local`'s, from this checkout) on the kind cluster of
+## `make kind-cluster`, run from the source hack/reloader-binary.sh exports (never copied here);
+## labels needing Argo Rollouts, the CSI driver or OpenShift left out (hack/reloader-e2e.sh).
+##   make reloader-e2e [RELOADER_SRC=<git dir>] [RELOADER_REF=<ref>, default v1.4.21]
+reloader-e2e: packages
+	@RELOADER_SRC="$(RELOADER_SRC)" RELOADER_REF=$(or $(RELOADER_REF),v1.4.21) bash hack/reloader-e2e.sh
 
 ## What CI checks besides the tests.
 lint:

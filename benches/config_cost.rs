@@ -20,9 +20,9 @@ use sha1::Digest as _;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube_reloader::config::AnnotationKeys;
 use kube_reloader::digest::ConfigSource;
-use kube_reloader::digest::digest_payload;
 use kube_reloader::index::{WorkloadObject, workload_entry_from_object};
 use kube_reloader::model::WorkloadKind;
+use kube_reloader::reloader_format::hash::digest_payload;
 use serde::Deserialize as _;
 
 /// Pseudo-random bytes (incompressible, like a gzipped Helm release).

@@ -11,10 +11,10 @@ use serde_json::json;
 
 use kube_reloader::config::{AnnotationKeys, Flags, Settings};
 use kube_reloader::decide::{ConfigFacts, DecisionSwitches, WorkloadFacts, decide};
-use kube_reloader::digest::{ConfigPayload, digest_payload};
 use kube_reloader::engine::{Engine, Phase};
 use kube_reloader::index::{ConfigState, ReverseIndex, workload_entry};
 use kube_reloader::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
+use kube_reloader::reloader_format::hash::{ConfigPayload, digest_payload};
 use kube_reloader::rollout::{
     QueuedChange, ReloadQueue, WorkloadWriter, WriteError, WriteOutcome, WriteTurn,
 };

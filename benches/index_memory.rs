@@ -14,9 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::json;
 
 use kube_reloader::config::AnnotationKeys;
-use kube_reloader::digest::{ConfigPayload, KeyDigests, digest_payload, key_digests};
 use kube_reloader::index::{ConfigState, ReverseIndex, workload_entry};
 use kube_reloader::model::{ConfigKey, ConfigKind, WorkloadKind};
+use kube_reloader::reloader_format::hash::{ConfigPayload, digest_payload};
+use kube_reloader::reloader_format::precise::KeyDigests;
+use kube_reloader::reloader_format::precise::key_digests;
 
 struct Counting;
 

@@ -1,75 +1,29 @@
 #!/usr/bin/env bash
-# Builds stakater/Reloader's image locally, for side-by-side runs on kind (`make kind-test`), from
-# a Reloader git repository the user supplies: nothing of Reloader is kept in this repository.
-# The source at REF is exported (git archive) to $CACHE/reloader/src-REF, built there as its own
-# Dockerfile builds it (CGO_ENABLED=0 go build -mod=mod, the same -X version flags) with Go's
-# module cache under $CACHE/go, and packaged FROM scratch (its Dockerfile uses distroless/static,
-# not reachable here: the binary is static, the image adds only a CA bundle and the user 65532).
+# Builds stakater/Reloader's image locally, for side-by-side runs on kind (`make kind-test`): its
+# binary from hack/reloader-binary.sh (which says where the source comes from), packaged FROM
+# scratch (its Dockerfile uses distroless/static, not reachable here: the binary is static, the
+# image adds only a CA bundle and the user 65532).
 #
 #   localhost/stakater/reloader:REF   (printed as the last line; built once per REF)
 #
-# Usage: hack/reloader-image.sh [REF]   (default v1.4.21)
-#   RELOADER_SRC       a clone of github.com/stakater/Reloader (default /work/.mirror/stakater+Reloader/repo)
-#   OPENSHIFT_API_SRC  a clone of github.com/openshift/api (default /work/.mirror/openshift+api/repo),
-#                      used only when the module proxy does not serve the github.com/openshift/api
-#                      pseudo-version Reloader's go.mod requires (v1.4.21's is not served: 403): that
-#                      commit is exported next to the source and its go.mod gets a replace line.
+# Usage: hack/reloader-image.sh [REF]   (default v1.4.21; RELOADER_SRC, OPENSHIFT_API_SRC as for
+# hack/reloader-binary.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GO_BUILD_NAME=reloader-image
 # shellcheck source=hack/lib/go-build.sh
 . "$ROOT/hack/lib/go-build.sh"
 REF=${1:-v1.4.21}
-RELOADER_SRC=${RELOADER_SRC:-/work/.mirror/stakater+Reloader/repo}
 IMAGE=localhost/stakater/reloader:$REF
 if "$ROOT/hack/podman.sh" image exists "$IMAGE"; then
     echo "$IMAGE"
     exit 0
 fi
-git -C "$RELOADER_SRC" rev-parse --verify --quiet "$REF^{commit}" >/dev/null ||
-    die "no ref $REF in $RELOADER_SRC (set RELOADER_SRC to a clone of github.com/stakater/Reloader)"
-require_go "stakater/Reloader $REF"
-go_env
-commit=$(git -C "$RELOADER_SRC" rev-parse "$REF^{commit}")
-mkdir -p "$CACHE/reloader"
-src=$CACHE/reloader/src-$REF
-if [[ ! -f $src/.complete ]]; then
-    rm -rf "$src" && mkdir -p "$src"
-    git -C "$RELOADER_SRC" archive "$commit" | tar -x -C "$src"
-    # A pseudo-version the proxy does not serve: the same commit from a clone, by a replace line
-    # in the exported copy's go.mod (never in the Reloader clone, never in this repository).
-    api=$(cd "$src" && go mod edit -json | python3 -c '
-import json, sys
-print(next((r["Version"] for r in json.load(sys.stdin).get("Require") or [] if r["Path"] == "github.com/openshift/api"), ""))')
-    if [[ -n $api ]] && ! (cd "$src" && go mod download github.com/openshift/api >/dev/null 2>&1); then
-        api_commit=${api##*-}
-        OPENSHIFT_API_SRC=${OPENSHIFT_API_SRC:-/work/.mirror/openshift+api/repo}
-        git -C "$OPENSHIFT_API_SRC" rev-parse --verify --quiet "$api_commit^{commit}" >/dev/null ||
-            die "the module proxy does not serve github.com/openshift/api@$api and $OPENSHIFT_API_SRC has no commit $api_commit (set OPENSHIFT_API_SRC to a clone of github.com/openshift/api)"
-        log "github.com/openshift/api@$api is not on the module proxy: using commit $api_commit from $OPENSHIFT_API_SRC"
-        mkdir -p "$CACHE/reloader/openshift-api-$api_commit"
-        # A partial clone may lack some large blobs (generated OpenAPI code Reloader does not
-        # import): those files are left out, and named; the build fails if one was needed.
-        mapfile -t absent < <(git -C "$OPENSHIFT_API_SRC" ls-tree -r "$api_commit" |
-            awk '$2 == "blob" { print $3 "\t" $4 }' |
-            while IFS=$'\t' read -r blob path; do
-                git -C "$OPENSHIFT_API_SRC" cat-file -e "$blob" 2>/dev/null || echo ":(exclude)$path"
-            done)
-        ((${#absent[@]} == 0)) || log "not in $OPENSHIFT_API_SRC, left out: ${absent[*]}"
-        git -C "$OPENSHIFT_API_SRC" archive "$api_commit" -- . "${absent[@]}" |
-            tar -x -C "$CACHE/reloader/openshift-api-$api_commit"
-        (cd "$src" && go mod edit -replace "github.com/openshift/api=$CACHE/reloader/openshift-api-$api_commit")
-    fi
-    touch "$src/.complete"
-fi
+manager=$("$ROOT/hack/reloader-binary.sh" "$REF" | tail -n1) || die "stakater/Reloader $REF was not built"
 ctx=$(mktemp -d "$CACHE/reloader/image.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/root/etc/ssl/certs" "$ctx/root/tmp"
-log "building stakater/Reloader $REF ($commit) in $src"
-pkg=github.com/stakater/Reloader/pkg/common
-(cd "$src" && GOFLAGS="$GOFLAGS -p=1" nice -n 19 go build -mod=mod -trimpath \
-    -ldflags "-s -w -X $pkg.Version=${REF#v} -X $pkg.Commit=$commit -X $pkg.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ) -X $pkg.Edition=oss" \
-    -o "$ctx/root/manager" ./) || die "go build of stakater/Reloader $REF failed"
+cp "$manager" "$ctx/root/manager"
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/root/etc/ssl/certs/"
 printf 'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ctx/root/etc/passwd"
 touch "$ctx/root/etc/hosts" "$ctx/root/etc/hostname" "$ctx/root/etc/resolv.conf"

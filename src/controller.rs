@@ -22,6 +22,8 @@ use crate::rollout::waves::{KubeReader, WaveNotice, WaveRunner};
 use crate::rollout::{
     KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
 };
+use crate::shadow::guard::ReadOnlyLayer;
+use crate::shadow::{Shadow, VerdictSink};
 use crate::shard::coordinator::{Coordinator, ShardError};
 use crate::shard::leader_lock::LeaderLock;
 use crate::shard::{Ownership, SelectorFeed, ShardState};
@@ -129,7 +131,15 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .as_ref()
         .map(|c| c.acted().clone())
         .unwrap_or_default();
-    let (engine, watches) = build_pipeline(&started, &ownership, &index, acted)?;
+    let shadow = started.settings.shadow.map(|settings| {
+        let metrics = started.metrics.clone();
+        let sink: VerdictSink = Box::new(move |verdict, kind| metrics.shadow_verdict(verdict, kind));
+        let shadow = Arc::new(Shadow::new(settings, sink));
+        tokio::spawn(shadow.clone().run_expiry());
+        warn!("--shadow: nothing is written to the cluster; reloads are predicted and judged against the incumbent's (/debug/shadow)");
+        shadow
+    });
+    let (engine, watches) = build_pipeline(&started, &ownership, &index, acted, shadow.clone())?;
     let ready_probe = watches.clone();
     let admin = Arc::new(AdminState {
         metrics: started.metrics.clone(),
@@ -149,6 +159,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             breaker: engine.breaker().cloned(),
             waves: engine.wave_runner().cloned(),
         }),
+        shadow,
     });
     let admin_server = serve_admin(metrics_addr, health_addr, pprof_addr, admin);
     let leader_lock = started.leader_lock;
@@ -176,13 +187,15 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
 /// Settings, the API client, OpenShift detection, the access review (and the fallbacks it
 /// turns on), and the meta-info ConfigMap.
 async fn start(flags: Flags) -> anyhow::Result<Started> {
-    let meta_info = crate::telemetry::meta_info::MetaInfo::from_flags(&flags);
+    // Shadow mode publishes no meta-info ConfigMap: the incumbent's stays as it is.
+    let meta_info =
+        crate::telemetry::meta_info::MetaInfo::from_flags(&flags).filter(|_| !flags.shadow);
     let environment = flags.environment.clone();
     let pod_name = flags.pod_name.clone();
     let mut settings = Settings::try_from(flags)?;
     let metrics = Metrics::new(environment.counts_by_namespace());
     let selector = SelectorFeed::default();
-    let client = kube_client(&metrics, &selector).await?;
+    let client = kube_client(&metrics, &selector, settings.shadow.is_some()).await?;
     detect_openshift(&client, &mut settings).await;
     let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
     let access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
@@ -229,6 +242,7 @@ fn build_pipeline(
     ownership: &Arc<Ownership>,
     index: &Arc<ReverseIndex>,
     acted: crate::shard::acted::ActedTracker,
+    shadow: Option<Arc<Shadow>>,
 ) -> anyhow::Result<(Arc<KubeEngine>, Arc<WatchContext>)> {
     let Started {
         settings, client, ..
@@ -236,24 +250,33 @@ fn build_pipeline(
     let queue_settings = queue_settings(settings);
     // One write budget for reloads, their Events and pause resumes.
     let limiter = write_limiter(queue_settings.max_per_second, queue_settings.burst);
+    let shadowing = shadow.is_some();
     let events = EventSink::new(client.clone(), started.pod_name.clone())
         .core_events(started.access.uses(Fallback::CoreEvents))
-        .gated(ownership.clone(), limiter.clone());
+        .gated(ownership.clone(), limiter.clone())
+        .muted(shadowing);
     let pauses = PauseKeeper::new(
         client.clone(),
         ownership.clone(),
         limiter.clone(),
         settings.keys.paused_at.clone(),
-    );
-    let writer = Arc::new(KubeWriter::new(
+    )
+    .muted(shadowing);
+    let writer = KubeWriter::new(
         client.clone(),
         settings.clone(),
         ownership.clone(),
         events.clone(),
         pauses.clone(),
         index.clone(),
-    ));
+    );
+    let writer = Arc::new(match &shadow {
+        Some(shadow) => writer.shadowing(shadow.clone()),
+        None => writer,
+    });
+    // Shadow mode alerts nobody: the incumbent does.
     let alerter = AlertConfig::from_vars(|k| started.environment.alert_var(k))
+        .filter(|_| !shadowing)
         .map(Alerter::new)
         .transpose()
         .context("ALERT_WEBHOOK_PROXY")?;
@@ -273,7 +296,7 @@ fn build_pipeline(
         started.metrics.clone(),
     )
     .with_acted(acted);
-    if let Some(url) = &settings.webhook_url {
+    if let Some(url) = settings.webhook_url.as_ref().filter(|_| !shadowing) {
         engine = engine.with_webhook(ReloadWebhook::new(url.clone())?);
     }
     if let Some(breaker) = settings.churn_breaker {
@@ -310,7 +333,11 @@ fn build_pipeline(
         0 => DigestPool::for_available_parallelism(),
         n => DigestPool::new(n),
     };
-    let intake = Arc::new(crate::engine::Intake::new(engine.clone(), events, pauses));
+    let intake = crate::engine::Intake::new(engine.clone(), events, pauses);
+    let intake = Arc::new(match shadow {
+        Some(shadow) => intake.with_shadow(shadow),
+        None => intake,
+    });
     let watches = WatchContext::new(client.clone(), intake, pool, started.metrics.clone());
     Ok((engine, watches))
 }
@@ -320,7 +347,7 @@ async fn publish_breaker_notices(
     mut notices: tokio::sync::mpsc::UnboundedReceiver<crate::engine::BreakerNotice>,
     events: EventSink,
     alerter: Option<Alerter>,
-    settings: crate::engine::BreakerSettings,
+    settings: crate::config::BreakerSettings,
 ) {
     while let Some(notice) = notices.recv().await {
         let text = notice.describe(settings);
@@ -464,9 +491,12 @@ async fn review_access(
 
 /// The client, with kube-reloader's User-Agent, every request counted in the metrics, and the
 /// shard selector on cluster-wide lists and watches once one is published.
+/// The API client; in shadow mode, one that refuses to send any write but the replica set's
+/// own ([`ReadOnlyLayer`]).
 async fn kube_client(
     metrics: &Arc<Metrics>,
     selector: &SelectorFeed,
+    shadow: bool,
 ) -> anyhow::Result<kube::Client> {
     let mut kube_config = kube::Config::infer()
         .await
@@ -476,11 +506,14 @@ async fn kube_client(
         http::header::USER_AGENT,
         http::HeaderValue::from_static(USER_AGENT),
     ));
-    Ok(kube::client::ClientBuilder::try_from(kube_config)
+    let builder = kube::client::ClientBuilder::try_from(kube_config)
         .context("building the Kubernetes client")?
         .with_layer(&selector.layer())
-        .with_layer(&CountRequestsLayer::new(metrics.clone()))
-        .build())
+        .with_layer(&CountRequestsLayer::new(metrics.clone()));
+    Ok(match shadow {
+        true => builder.with_layer(&ReadOnlyLayer::default()).build(),
+        false => builder.build(),
+    })
 }
 
 fn ownership_for(settings: &Settings, selector: &SelectorFeed) -> Arc<Ownership> {

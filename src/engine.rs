@@ -22,8 +22,8 @@ use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
 
 pub mod breaker;
 mod intake;
-pub use crate::shard::acted::{ActedGuard, ActedTracker, ActedVersions};
-pub use breaker::{BreakerNotice, BreakerSettings, ChurnBreaker};
+use crate::shard::acted::ActedTracker;
+pub use breaker::{BreakerNotice, ChurnBreaker};
 pub use intake::{Intake, KEEP_LEFT_CONFIGS, SecretNotice};
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).

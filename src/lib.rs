@@ -1,7 +1,7 @@
 //! kube-reloader: rolls Kubernetes workloads when the ConfigMaps, Secrets or CSI secrets they use
 //! change. The modules below follow a config change: the shared leaves and the settings, the
 //! pure rules, then the stages an event passes through (watch -> digest -> index -> engine ->
-//! rollout), then the edges. The import graph has no cycle (docs/architecture.md).
+//! rollout), then the edges. The data path and each module's concern: docs/architecture.md.
 
 // Shared leaves: identities, Kubernetes resources, Go-format values, span attributes.
 /// Booleans and durations as Reloader's Go flags and annotations write them.
@@ -44,6 +44,8 @@ pub mod engine;
 pub mod index;
 /// The one write path: the fair, coalescing, rate-limited queue, the writer, Events, pauses.
 pub mod rollout;
+/// Shadow mode: decide beside the incumbent, write nothing, judge its writes.
+pub mod shadow;
 /// The watches (and listed fallbacks) that feed the engine.
 pub mod watch;
 

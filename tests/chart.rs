@@ -484,6 +484,53 @@ fn enable_ha_keeps_reloaders_meaning_with_leases_and_pod_identity() {
     );
 }
 
+/// `shadow.enabled`: the flags, and RBAC that reads only, in every mode: writes only to the
+/// replica set's own Leases and shard assignment (with HA or sharding), nothing else.
+#[test]
+fn shadow_mode_renders_its_flags_and_only_read_rules() {
+    let writes = ["create", "update", "patch", "delete"];
+    let everything =
+        json!({"isArgoRollouts": true, "isOpenshift": true, "enableCSIIntegration": true});
+    let modes = [
+        json!({"shadow": {"enabled": true}, "reloader": everything}),
+        json!({"shadow": {"enabled": true, "window": "2m", "lateAfter": "30s"},
+            "reloader": {"watchGlobally": false, "namespaces": "a,b"}}),
+        json!({"shadow": {"enabled": true}, "reloader": {"deployment": {"replicas": 3}}}),
+    ];
+    for values in modes {
+        let objects = render(values.clone());
+        assert!(has_arg(&objects, "--shadow=true"), "{values}");
+        let window = values["shadow"]["window"].as_str().unwrap_or("60s");
+        assert!(
+            has_arg(&objects, &format!("--shadow-window={window}")),
+            "{values}"
+        );
+        let mut roles = of_kind(&objects, "ClusterRole");
+        roles.extend(of_kind(&objects, "Role"));
+        for role in roles {
+            for (group, resource, name, verb) in grants(&role["rules"]) {
+                let own = group == "coordination.k8s.io"
+                    || (resource == "configmaps" && name == "kube-reloader-shard-assignment");
+                assert!(
+                    own || !writes.contains(&verb.as_str()),
+                    "{values}: {verb} {resource}.{group} {name}"
+                );
+            }
+        }
+    }
+    // Reads stay: the same objects as in normal mode.
+    let objects = render(json!({"shadow": {"enabled": true}, "reloader": everything}));
+    let granted = resources_granted(&one(&objects, "ClusterRole")["rules"]);
+    for resource in [
+        "deployments.apps",
+        "jobs.batch",
+        "rollouts.argoproj.io",
+        "secrets",
+    ] {
+        assert!(granted.contains(resource), "{resource}: {granted:?}");
+    }
+}
+
 /// Reloader's #1206 values: `reloader.leaderElection.*` become its `--leader-election-*` flags,
 /// each only when set and only with enableHA, as Reloader's chart renders them (aliases of the
 /// Lease timings here: with sharding on too, a timing set there replaces sharding's flag).

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use common::objects::*;
 use common::{Controller, TestNamespace, wait_for};
-use kube_reloader::digest::KeyDigests;
+use kube_reloader::reloader_format::precise::KeyDigests;
 
 const VAR: &str = "STAKATER_SHARED_CONFIGMAP";
 

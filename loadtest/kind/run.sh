@@ -23,7 +23,13 @@
 #                         `make loadtest`), so memory, CPU and API requests are measured too.
 #   CLUSTER_NAME=kube-reloader-loadtest
 #   KEEP_CLUSTER=1        0: delete the cluster when the script ends (even one it reused)
-#   KIND_WORKERS=0        real worker nodes besides the control plane (hack/kind-cluster.sh)
+#   KIND_WORKERS=2        real worker nodes besides the control plane (hack/kind-cluster.sh); with
+#                         0 the control plane is the only real node (and runs the chart's pod)
+#   RUNNING_SHARE=0.1     share of the Deployments that run one real pod on the workers (the load
+#                         generator's --running-share: each reload of them is followed until the new
+#                         pod is Ready and the old one gone); 0: every workload has replicas: 0.
+#                         Needs KIND_WORKERS > 0.
+#   RUNNING_IMAGE=        their image (default: the pause image the first worker reports having)
 #   KWOK_NODES=3          fake nodes
 #   IMAGE=                image name:tag built and loaded into the cluster (default: the chart's
 #                         default image, values.yaml image.repository : Chart.yaml appVersion,
@@ -46,7 +52,9 @@ SCALE=${SCALE:-small}
 MODE=${MODE:-in-cluster}
 CLUSTER_NAME=${CLUSTER_NAME:-kube-reloader-loadtest}
 KEEP_CLUSTER=${KEEP_CLUSTER:-1}
-KIND_WORKERS=${KIND_WORKERS:-0}
+KIND_WORKERS=${KIND_WORKERS:-2}
+RUNNING_SHARE=${RUNNING_SHARE:-0.1}
+RUNNING_IMAGE=${RUNNING_IMAGE:-}
 KWOK_NODES=${KWOK_NODES:-3}
 CHART=$ROOT/deployments/kubernetes/chart/kube-reloader
 APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")
@@ -184,6 +192,21 @@ EOF
         kctl wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null ||
             die "the kwok nodes did not become Ready (kubectl get nodes; $STATE/kwok.log)"
     fi
+}
+
+# running_image: RUNNING_IMAGE, else the pause image the first worker's kubelet reports (kubeadm's
+# sandbox image, preloaded in the node image: nothing is pulled).
+running_image() {
+    if [[ -n $RUNNING_IMAGE ]]; then
+        echo "$RUNNING_IMAGE"
+        return 0
+    fi
+    local image
+    image=$(kctl get node "$CLUSTER_NAME-worker" \
+        -o jsonpath='{range .status.images[*]}{range .names[*]}{@}{"\n"}{end}{end}' |
+        grep -m1 '^registry\.k8s\.io/pause:' || true)
+    [[ -n $image ]] || die "no registry.k8s.io/pause image on node $CLUSTER_NAME-worker (set RUNNING_IMAGE)"
+    echo "$image"
 }
 
 # --- image and chart (MODE=in-cluster) --------------------------------------------
@@ -370,6 +393,9 @@ cmd_run() {
             ;;
         esac
     fi
+    if [[ $RUNNING_SHARE != 0 && $KIND_WORKERS == 0 ]]; then
+        die "RUNNING_SHARE=$RUNNING_SHARE needs real workers (KIND_WORKERS > 0); or RUNNING_SHARE=0"
+    fi
     find_tools
     if [[ $KEEP_CLUSTER == 0 ]]; then
         trap 'log "KEEP_CLUSTER=0: deleting the cluster"; cmd_down || true' EXIT
@@ -400,6 +426,12 @@ cmd_run() {
         args+=(--direct --controller-cmd "$(printf '%q' "$KIND_DIR/run.sh") controller {run_id} {metrics_port} {scenario_flags}")
         export CLUSTER_NAME KUBE_RELOADER_CACHE # the controller command finds the same state
     fi
+    if [[ $RUNNING_SHARE != 0 ]]; then
+        local image
+        image=$(running_image)
+        log "running share: $RUNNING_SHARE of the Deployments run one pod of $image on the workers"
+        args+=(--running-share "$RUNNING_SHARE" --running-image "$image")
+    fi
     local extra=()
     # shellcheck disable=SC2206 # LOADTEST_ARGS is split on purpose, like the Makefile does
     if [[ -n $LOADTEST_ARGS ]]; then extra=($LOADTEST_ARGS); fi
@@ -425,6 +457,6 @@ controller)
     shift
     cmd_controller "$@"
     ;;
--h | --help | help) sed -n '2,32p' "${BASH_SOURCE[0]}" ;;
+-h | --help | help) sed -n '2,38p' "${BASH_SOURCE[0]}" ;;
 *) die "unknown command '$1' (run, down, controller, help)" ;;
 esac

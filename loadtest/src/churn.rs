@@ -14,8 +14,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde::Serialize;
 
-use crate::Ctx;
 use crate::controller::http_status;
+use crate::ctx::Ctx;
 use crate::objects::{self, ConfigRef, WorkloadSpec};
 use crate::scenario::Plan;
 
@@ -47,7 +47,7 @@ pub async fn run(ctx: &Arc<Ctx>, changes: &[ConfigRef], plan: &Plan, ready_url: 
     let duration = changes.len() as f64 / plan.rate;
     let n = (duration * plan.churn_rate).ceil() as usize;
     let life = plan.churn_lifetime_s;
-    crate::log(&format!(
+    crate::progress::log(&format!(
         "churn: {n} extra Deployments created at {}/s, each deleted {life}s later",
         plan.churn_rate
     ));
@@ -87,7 +87,7 @@ pub async fn run(ctx: &Arc<Ctx>, changes: &[ConfigRef], plan: &Plan, ready_url: 
     for f in failures {
         push(&mut out.errors, f);
     }
-    crate::log(&format!(
+    crate::progress::log(&format!(
         "churn: {} created, {} deleted, {} /ready polls ({} failed)",
         out.created, out.deleted, out.health_polls, out.health_failures
     ));

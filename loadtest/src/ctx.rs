@@ -16,9 +16,10 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::ledger::State;
-use crate::log;
 use crate::objects::{self, ConfigRef, Kind, OwnRequests, Population, WorkloadSpec};
-use crate::scenario::Rng;
+use crate::progress::log;
+use crate::rng::Rng;
+use crate::scenario::Plan;
 
 /// Everything the change drivers share.
 pub struct Ctx {
@@ -197,5 +198,24 @@ impl Ctx {
                 w.configs[rng.below(w.configs.len())].clone()
             })
             .collect()
+    }
+}
+
+/// How long to wait for `pairs` expected (change, workload) reloads.
+pub fn timeout_for(plan: &Plan, pairs: usize) -> Duration {
+    Duration::from_secs_f64(plan.wait_base_s + pairs as f64 * 0.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Scale, Scenario};
+
+    #[test]
+    fn timeouts_grow_with_the_expected_reloads() {
+        let plan = Plan::new(Scenario::Steady, Scale::Small);
+        let base = Duration::from_secs_f64(plan.wait_base_s);
+        assert_eq!(timeout_for(&plan, 0), base);
+        assert_eq!(timeout_for(&plan, 100), base + Duration::from_secs(10));
     }
 }

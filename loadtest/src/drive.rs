@@ -9,32 +9,18 @@ use anyhow::{Context, Result};
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, timeout_for};
 use crate::launch::Controllers;
 use crate::ledger::State;
 use crate::objects::{self, ConfigRef, Kind};
+use crate::outcome::Driven;
 use crate::pause::{self, Traces};
-use crate::run::RunEnv;
-use crate::scenario::{Plan, Rng, Scenario};
+use crate::progress::log;
+use crate::rng::Rng;
+use crate::scenario::{Plan, Scenario};
+use crate::setup::RunEnv;
 use crate::setup::Targets;
-use crate::{churn, flapping, log, report, tenancy};
-
-/// What driving a scenario left: whether every expected reload was seen, the scenario's notes
-/// for the report, the churn's outcome, and what the flapping check needs.
-#[derive(Default)]
-pub struct Driven {
-    pub completed: bool,
-    pub notes: Map<String, Value>,
-    pub churn: Option<churn::Outcome>,
-    pub flapping: Option<flapping::Flapped>,
-    /// What fails the run besides the ledger's verdict (chaos: the checker, failed faults).
-    pub problems: Vec<String>,
-}
-
-/// How long to wait for `pairs` expected (change, workload) reloads.
-pub(crate) fn timeout_for(plan: &Plan, pairs: usize) -> Duration {
-    Duration::from_secs_f64(plan.wait_base_s + pairs as f64 * 0.1)
-}
+use crate::{churn, flapping, report, tenancy};
 
 /// Drives `env.scenario` and waits for its reloads.
 pub async fn drive(
@@ -422,13 +408,5 @@ mod tests {
         assert_eq!(p.unwrap()["data"][objects::DATA_KEY], "aW5pdGlhbA==");
         assert!(noop_update(3, &c, b"x").1.is_none(), "a workload label");
         assert!(noop_update(0, &c, b"x").1.unwrap().get("data").is_none());
-    }
-
-    #[test]
-    fn timeouts_grow_with_the_expected_reloads() {
-        let plan = Plan::new(Scenario::Steady, crate::scenario::Scale::Small);
-        let base = Duration::from_secs_f64(plan.wait_base_s);
-        assert_eq!(timeout_for(&plan, 0), base);
-        assert_eq!(timeout_for(&plan, 100), base + Duration::from_secs(10));
     }
 }

@@ -20,10 +20,13 @@ use kube::api::{Api, ListParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::ctx::Ctx;
 use crate::ledger::{State, Verdict};
 use crate::objects::{ConfigRef, Kind, Population, WorkloadSpec};
-use crate::scenario::{Plan, Rng};
-use crate::{Ctx, log, report};
+use crate::progress::log;
+use crate::report;
+use crate::rng::Rng;
+use crate::scenario::Plan;
 
 /// A release seen this much earlier than the quiet period after the last write still counts
 /// as on time: the load generator's and the controller's clocks are the same, but the

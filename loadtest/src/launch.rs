@@ -8,14 +8,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::args::Args;
 use crate::chaos::faults::FaultProxy;
 use crate::controller::ControllerProc;
+use crate::objects::kube_client;
 use crate::objects::{OwnRequests, RUN_LABEL};
+use crate::progress::log;
 use crate::proxy::Proxy;
-use crate::run::RunEnv;
 use crate::scenario::Scenario;
+use crate::setup::RunEnv;
 use crate::sharded::{self, Converged};
-use crate::{Args, kube_client, log};
 
 /// How often the controller's memory and CPU are sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -87,7 +89,7 @@ impl Controllers {
         let mut replicas = replica_cmds(env, &kubeconfig, lease_ns.as_deref())?;
         let (mut initial, mut ha, mut fault_proxies) = (replicas.len(), false, Vec::new());
         if env.scenario == Scenario::Chaos {
-            let chaos = crate::chaos::Settings::new(env.args);
+            let chaos = crate::chaos::settings::Settings::new(env.args);
             (initial, ha) = (chaos.replicas, chaos.enable_ha);
             fault_proxies = chaos_proxies(env, &kubeconfig, &mut replicas).await?;
         }
@@ -241,7 +243,7 @@ fn replica_cmds(
     lease_ns: Option<&str>,
 ) -> Result<Vec<ReplicaCmd>> {
     let scenario_flags = match env.scenario {
-        Scenario::Chaos => crate::chaos::Settings::new(env.args).controller_flags(),
+        Scenario::Chaos => crate::chaos::settings::Settings::new(env.args).controller_flags(),
         _ => env.plan.controller_flags(env.scenario),
     };
     if !scenario_flags.is_empty() && !env.args.controller_cmd.contains("{scenario_flags}") {

@@ -408,6 +408,7 @@ impl State {
             latency_s: first.t - ack,
             tag: c.tag.clone(),
             t_seen: first.t,
+            generation: first.generation,
         })
     }
 
@@ -534,6 +535,8 @@ pub struct Reload {
     pub latency_s: f64,
     pub tag: String,
     pub t_seen: f64,
+    /// The workload's `metadata.generation` when the change was seen in its template.
+    pub generation: i64,
 }
 
 #[derive(serde::Deserialize)]

@@ -300,6 +300,38 @@ fn latency_rows(rows: &mut Rows, r: &Value) {
             l["p50_ms"], l["p90_ms"], l["p99_ms"], l["max_ms"], l["count"]
         ),
     );
+    let run = &r["running"];
+    if run.is_object() && run["reloads"].as_u64() == Some(0) {
+        rows.row(
+            "rolled pods ready (running share)",
+            format!(
+                "no reload of the {} running Deployments ({} of all, 1 replica of {}); pods by node {}",
+                run["deployments"],
+                run["share"],
+                run["image"].as_str().unwrap_or(""),
+                run["pods_by_node"],
+            ),
+        );
+    } else if run.is_object() {
+        let l = &run["rolled_ready_ms"];
+        rows.row(
+            "rolled pods ready (write ack -> new pod Ready, old pod gone; running share)",
+            format!(
+                "p50 {} ms · p90 {} ms · p99 {} ms · max {} ms (n={}); {} of {} reloads of the {} running Deployments ({} of all, 1 replica of {}) never finished rolling; pods by node {}",
+                l["p50_ms"],
+                l["p90_ms"],
+                l["p99_ms"],
+                l["max_ms"],
+                l["count"],
+                run["not_completed"],
+                run["reloads"],
+                run["deployments"],
+                run["share"],
+                run["image"].as_str().unwrap_or(""),
+                run["pods_by_node"],
+            ),
+        );
+    }
     if let Some(tags) = r["latency_ms_by_tag"].as_object().filter(|t| t.len() > 1) {
         for (tag, t) in tags {
             rows.row(

@@ -145,7 +145,7 @@ async fn observe<K: Watched>(
             }
         };
         if let Some(e) = error {
-            crate::log(&format!("{} watch error (retrying): {e}", K::kind(&())));
+            crate::progress::log(&format!("{} watch error (retrying): {e}", K::kind(&())));
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }

@@ -15,15 +15,33 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::hash;
 
+/// Label on a running Deployment and on its pod template; its value is the run id.
+pub const RUNNING_LABEL: &str = "kube-reloader-loadtest/running";
+
+/// The pod template's scheduling of a running workload: a real node, neither a kwok node
+/// (loadtest/kind/run.sh labels them `type=kwok`; their taint keeps pods off too) nor a control
+/// plane.
+pub fn running_affinity() -> serde_json::Value {
+    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "type", "operator": "NotIn", "values": ["kwok"]},
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}
+        ]}]
+    }}})
+}
+
 /// Label put on every namespace and object of a run; its value is the run id.
 pub const RUN_LABEL: &str = "kube-reloader-loadtest";
+/// The namespace label grouping namespaces into tenants with `--tenant-groups`.
+pub const TENANT_LABEL: &str = "kube-reloader-loadtest-tenant";
 /// The one data key of every config.
 pub const DATA_KEY: &str = "value";
 /// Reloader's pause annotations (defaults of --pause-deployment-annotation and
@@ -91,6 +109,7 @@ impl std::fmt::Display for ConfigRef {
 /// The kind of a workload (`mixed` spreads the population over them; otherwise Deployments).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum WorkloadKind {
+    /// `replicas: 0`, or 1 in the running share (`--running-share`).
     #[default]
     Deployment,
     /// `replicas: 0`.
@@ -162,6 +181,9 @@ pub struct WorkloadSpec {
     pub refs: RefStyle,
     /// `deployment.reloader.stakater.com/pause-period` (Deployments; the `pause` scenario).
     pub pause_period: Option<String>,
+    /// A Deployment of the running share (`--running-share`): one replica of this image on a
+    /// real node. Otherwise no pods (`replicas: 0`).
+    pub running_image: Option<String>,
 }
 
 impl WorkloadSpec {
@@ -333,6 +355,11 @@ pub fn pod_template(w: &WorkloadSpec) -> serde_json::Value {
             container["volumeMounts"] = json!([{"name": "projected", "mountPath": "/cfg"}]);
         }
     }
+    if let Some(image) = &w.running_image {
+        container["image"] = json!(image);
+        container["imagePullPolicy"] = json!("IfNotPresent");
+        spec.insert("affinity".into(), running_affinity());
+    }
     spec.insert("containers".into(), json!([container]));
     match w.kind {
         WorkloadKind::CronJob => {
@@ -412,17 +439,21 @@ pub fn workload_json(run_id: &str, w: &WorkloadSpec) -> serde_json::Value {
     if let Some(period) = &w.pause_period {
         annotations[PAUSE_PERIOD_ANNOTATION] = json!(period);
     }
-    let metadata = json!({
+    let mut metadata = json!({
         "name": w.name,
         "namespace": w.namespace,
         "labels": {RUN_LABEL: run_id},
         "annotations": annotations
     });
-    let template = pod_template(w);
+    let mut template = pod_template(w);
+    if w.running_image.is_some() {
+        metadata["labels"][RUNNING_LABEL] = json!(run_id);
+        template["metadata"]["labels"][RUNNING_LABEL] = json!(run_id);
+    }
     let selector = json!({"matchLabels": {"app": w.name}});
     let spec = match w.kind {
         WorkloadKind::Deployment => json!({
-            "replicas": 0,
+            "replicas": i32::from(w.running_image.is_some()),
             "revisionHistoryLimit": 1,
             "selector": selector,
             "template": template
@@ -460,6 +491,13 @@ fn retriable(e: &kube::Error) -> bool {
         kube::Error::Api(s) => matches!(s.code, 429 | 500 | 502 | 503 | 504),
         _ => true,
     }
+}
+
+/// A client from a kubeconfig file.
+pub async fn kube_client(path: &std::path::Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
 }
 
 /// Runs `op` with retries on throttling, server and transport errors (a few seconds at most).
@@ -582,7 +620,7 @@ async fn log_progress(total: usize, done: &AtomicU64) {
     loop {
         tokio::time::sleep(Duration::from_secs(10)).await;
         let n = done.load(Ordering::Relaxed);
-        crate::log(&format!(
+        crate::progress::log(&format!(
             "  created {n}/{total} objects ({:.0}/s)",
             n as f64 / started.elapsed().as_secs_f64()
         ));
@@ -651,7 +689,7 @@ impl Background {
 
     /// The objects of one namespace, as JSON (`kind` says which API).
     pub fn objects(&self, run_id: &str, namespace: &str) -> Vec<(Kind, serde_json::Value)> {
-        let mut rng = crate::scenario::Rng::new(
+        let mut rng = crate::rng::Rng::new(
             namespace
                 .bytes()
                 .fold(7, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
@@ -823,6 +861,7 @@ mod tests {
             kind,
             refs,
             pause_period: None,
+            running_image: None,
         }
     }
 

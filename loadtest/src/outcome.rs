@@ -9,20 +9,33 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 
+use crate::args::Args;
 use crate::controller::{self, ControllerProc};
-use crate::drive::Driven;
 use crate::launch::Controllers;
 use crate::ledger::{Reload, State, Verdict};
 use crate::objects::OwnRequests;
+use crate::progress::log;
 use crate::proxy::{Counts, Stats};
 use crate::report::{self, Resources};
-use crate::run::RunEnv;
 use crate::scenario::{Plan, Scenario};
-use crate::{Args, apimetrics, audit, churn, flapping, log, plot, sharded};
+use crate::setup::RunEnv;
+use crate::{apimetrics, audit, churn, flapping, plot, sharded};
 
 /// Timing slack of the rate-limit check: request latency jitter between the controller's limiter
 /// and the proxy's clock on a shared 2-core machine (the strict excess is reported too).
 const RATE_SLACK_S: f64 = 0.25;
+
+/// What driving a scenario left: whether every expected reload was seen, the scenario's notes
+/// for the report, the churn's outcome, and what the flapping check needs.
+#[derive(Default)]
+pub struct Driven {
+    pub completed: bool,
+    pub notes: Map<String, Value>,
+    pub churn: Option<churn::Outcome>,
+    pub flapping: Option<flapping::Flapped>,
+    /// What fails the run besides the ledger's verdict (chaos: the checker, failed faults).
+    pub problems: Vec<String>,
+}
 
 /// Counters read before the controller started.
 pub struct Before {
@@ -408,6 +421,9 @@ pub struct Gathered<'a> {
     pub fin: Final,
     pub times: Times,
     pub population: Value,
+    /// The running share's rollouts, and whether (and after how many seconds) their first pods
+    /// were all Ready before the controller started.
+    pub running: Option<(&'a crate::running::Rollouts, Option<(bool, f64)>)>,
 }
 
 /// The run's report (the result JSON, without what `run_one` adds about the setup).
@@ -428,6 +444,14 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
     let flapping_json = driven.flapping.as_ref().map(|fl| {
         let metrics = f.metrics.first().cloned().flatten();
         flapping::check(fl, st, &env.plan, metrics.as_deref(), &mut verdict)
+    });
+    let running_json = g.running.map(|(rollouts, initially)| {
+        let mut r = rollouts.evaluate(&reloads, &mut verdict);
+        r["share"] = json!(env.plan.running_share);
+        r["image"] = json!(env.plan.running_image);
+        r["first_pods_ready"] =
+            json!(initially.map(|(done, s)| json!({"all": done, "waited_s": report::round(s)})));
+        r
     });
     let sharding_json = sharding_report(ctl, &f, &g.population);
     let (all_lat, latency, latency_by_tag) = latency_figures(env, &reloads)?;
@@ -483,6 +507,7 @@ pub fn report(env: &RunEnv<'_>, g: Gathered<'_>) -> Result<Value> {
         "sharding": sharding_json,
         "churn": churn_json,
         "flapping": flapping_json,
+        "running": running_json,
         "resource_timeline": f.timelines,
         "api_requests": api_requests_json(&f, write_times.len()),
         "apiserver_delta": apiserver_delta_json(&g.before, &f),

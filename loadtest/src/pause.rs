@@ -61,7 +61,7 @@ pub fn spawn(client: &Client, run_id: &str, epoch: Instant) -> (Traces, JoinHand
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    crate::log(&format!("pause watch error (retrying): {e}"));
+                    crate::progress::log(&format!("pause watch error (retrying): {e}"));
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }

@@ -7,8 +7,9 @@ use kube::Client;
 
 use crate::objects::{Population, WorkloadKind, WorkloadSpec};
 use crate::pause::{self, Traces};
+use crate::progress::log;
 use crate::scenario::Plan;
-use crate::{apimetrics, log, proxy};
+use crate::{apimetrics, proxy};
 
 /// Waits (when the plan asks for it) until kube-controller-manager has rolled out every
 /// Deployment of the population and the API server's write rate has dropped: at the large scale

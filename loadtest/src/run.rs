@@ -12,35 +12,17 @@ use anyhow::{Result, bail};
 use kube::Client;
 use serde_json::{Value, json};
 
+use crate::args::Args;
 use crate::ctx::Ctx;
 use crate::launch::Controllers;
 use crate::ledger::State;
 use crate::objects::{ConfigRef, OwnRequests, Population};
 use crate::outcome::{self, Before, Gathered, Times};
-use crate::scenario::{Plan, Rng, Scenario};
-use crate::setup::{self, Populated};
-use crate::{
-    Args, drive, flapping, log, markdown, mixed, pause, quiet, report, result_name, tenancy,
-};
-
-/// What a run of one scenario is given, fixed before anything is created.
-pub struct RunEnv<'a> {
-    pub args: &'a Args,
-    pub scenario: Scenario,
-    pub plan: Plan,
-    pub kubeconfig: &'a Path,
-    pub results_dir: &'a Path,
-    /// What `{bin}` stands for.
-    pub bin: Option<&'a str>,
-    pub client: &'a Client,
-    /// The stem of the result files.
-    pub name: String,
-    /// The commit of the load test's checkout (`git describe`-like; None outside git).
-    pub commit: Option<&'a str>,
-    pub run_id: String,
-    /// Start of the run's clock.
-    pub epoch: Instant,
-}
+use crate::progress::log;
+use crate::rng::Rng;
+use crate::scenario::Scenario;
+use crate::setup::{self, Populated, RunEnv, result_name};
+use crate::{drive, flapping, markdown, mixed, pause, quiet, report, running, tenancy};
 
 /// Runs `scenario` once and writes its result files; returns whether it passed and its row of
 /// the summary table.
@@ -144,9 +126,27 @@ async fn measure(
         return Err(e);
     }
     let (rollouts, rollouts_task) = pause::spawn(env.client, &env.run_id, env.epoch);
+    let running_keys = pop.workloads.iter().filter(|w| w.running_image.is_some());
+    let running: running::Shared = Arc::new(Mutex::new(running::Rollouts::new(
+        running_keys.map(|w| w.key()),
+    )));
+    let running_watches = running::spawn(env.client, &env.run_id, env.epoch, &running);
     if env.plan.wait_for_rest && !env.args.no_wait_rollouts {
         quiet::wait_for_rest(env.client, &env.plan, &pop, &rollouts).await;
     }
+    let n_running = running.lock().unwrap().len();
+    let running_timeout = Duration::from_secs_f64(env.plan.wait_base_s + 2.0 * n_running as f64);
+    let running_initially = match n_running {
+        0 => None,
+        // Their first pods, before the controller starts: a reload's rollout is then measured
+        // from a running pod, not from the population's creation.
+        _ => {
+            let t = Instant::now();
+            let done =
+                running::wait_complete(&running, 1, running_timeout, "before the controller").await;
+            Some((done, t.elapsed().as_secs_f64()))
+        }
+    };
 
     let mut ctl = Controllers::prepare(env, &own).await?;
     let before = Before {
@@ -162,6 +162,9 @@ async fn measure(
     let ctx = driving_context(env, &state, &own, pop);
     let mut driven = drive::drive(env, &ctx, &mut ctl, rng, &targets, &rollouts).await?;
     let times = settle(env, &driven, t_changes, wall_changes).await;
+    if n_running > 0 {
+        running::wait_complete(&running, 1, running_timeout, "after the reloads").await;
+    }
 
     let fin = outcome::final_readings(
         env,
@@ -173,9 +176,11 @@ async fn measure(
     )
     .await;
     watches.iter().for_each(|w| w.abort());
+    running_watches.iter().for_each(|w| w.abort());
     rollouts_task.abort();
     let _ = std::fs::remove_file(&ctl.proxy_kubeconfig);
     let st = state.lock().unwrap();
+    let running = running.lock().unwrap();
     outcome::report(
         env,
         Gathered {
@@ -187,6 +192,7 @@ async fn measure(
             fin,
             times,
             population,
+            running: (n_running > 0).then_some((&*running, running_initially)),
         },
     )
 }
@@ -215,7 +221,7 @@ fn driving_context(
 /// Waits the settle period after the drive; the run's phase times.
 async fn settle(
     env: &RunEnv<'_>,
-    driven: &drive::Driven,
+    driven: &outcome::Driven,
     t_changes: f64,
     wall_changes: jiff::Timestamp,
 ) -> Times {
@@ -276,7 +282,7 @@ fn config_tags(scenario: Scenario, pop: &Population) -> BTreeMap<ConfigRef, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::Scale;
+    use crate::scenario::{Plan, Scale};
 
     #[test]
     fn configs_are_tagged_by_reference_or_kind_only_where_the_scenario_says() {

@@ -6,6 +6,11 @@ use std::time::Duration;
 use clap::ValueEnum;
 use serde::Serialize;
 
+use crate::objects::TENANT_LABEL;
+
+/// How often the controller reads a wave's health in `waves` (`--wave-poll-interval`).
+pub const WAVE_POLL: &str = "500ms";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
@@ -134,6 +139,10 @@ impl Scale {
     }
 }
 
+/// The image of the running share's pods: kubeadm's pause image, which a kubeadm node (kind's
+/// node image of hack/kind-node.sh) has preloaded, so nothing is pulled.
+pub const DEFAULT_RUNNING_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
+
 /// The numbers of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -200,6 +209,10 @@ pub struct Plan {
     /// Wait after the last expected reload, to catch late duplicates and unwanted reloads.
     pub settle_s: f64,
     pub ready_timeout_s: f64,
+    /// Share of the Deployments given one real replica of `running_image` on real nodes
+    /// (`--running-share`, `--running-image`; 0: every workload has `replicas: 0`).
+    pub running_share: f64,
+    pub running_image: String,
     /// Waiting for the expected reloads gives up after this plus 0.1 s per expected reload.
     pub wait_base_s: f64,
 }
@@ -280,6 +293,8 @@ impl Plan {
                 Scale::Large => 1800.0,
             },
             wait_base_s: if big { 120.0 } else { 30.0 },
+            running_share: 0.0,
+            running_image: DEFAULT_RUNNING_IMAGE.into(),
         }
     }
 
@@ -347,17 +362,26 @@ impl Plan {
                     flags.push(format!("--max-retry-backoff={}s", self.max_backoff_s));
                 }
                 if self.tenant_groups {
-                    flags.push(format!("--tenant-label={}", crate::tenancy::TENANT_LABEL));
+                    flags.push(format!("--tenant-label={TENANT_LABEL}"));
                 }
                 flags.join(" ")
             }
-            Scenario::Waves => crate::waves::controller_flags(self),
+            Scenario::Waves => self.wave_flags(),
             Scenario::Flapping if self.churn_limit > 0 => format!(
                 "--churn-limit={} --churn-window={}s --churn-quiet={}s",
                 self.churn_limit, self.churn_window_s, self.churn_quiet_s
             ),
             _ => String::new(),
         }
+    }
+
+    /// The controller's wave policy (`waves`): the fan-out is well above the threshold.
+    fn wave_flags(&self) -> String {
+        let canary = (self.fanout_width / 20).max(2);
+        format!(
+            "--waves=threshold={},canary={canary},growth=2,deadline=120s --wave-poll-interval={WAVE_POLL}",
+            canary * 2
+        )
     }
 
     /// Namespaces per quiet tenant: 2 with tenant groups.
@@ -375,56 +399,9 @@ impl Plan {
     }
 }
 
-/// xorshift64*: reproducible choices without a dependency.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// `k` distinct indices below `n` (repeating the permutation if `k > n`).
-    pub fn sample(&mut self, n: usize, k: usize) -> Vec<usize> {
-        let mut out = Vec::with_capacity(k);
-        while out.len() < k {
-            let mut perm: Vec<usize> = (0..n).collect();
-            let take = (k - out.len()).min(n);
-            for i in 0..take {
-                let j = i + self.below(n - i);
-                perm.swap(i, j);
-            }
-            out.extend_from_slice(&perm[..take]);
-        }
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sample_is_distinct() {
-        let mut r = Rng::new(7);
-        let mut s = r.sample(1000, 600);
-        s.sort();
-        s.dedup();
-        assert_eq!(s.len(), 600);
-        assert_eq!(r.sample(3, 7).len(), 7);
-    }
 
     #[test]
     fn flapping_runs_the_controller_with_the_breaker_unless_the_limit_is_0() {
@@ -439,5 +416,13 @@ mod tests {
         assert_eq!(p.controller_flags(Scenario::Flapping), "");
         p.flap_for_s = 1.0;
         assert_eq!(p.flap_rewrites(), 1, "written at least once");
+    }
+
+    #[test]
+    fn the_policy_rolls_the_fan_out_in_several_waves() {
+        let plan = Plan::new(Scenario::Waves, Scale::Small);
+        let flags = plan.controller_flags(Scenario::Waves);
+        assert!(flags.starts_with("--waves=threshold="), "{flags}");
+        assert!(plan.fanout_width > (plan.fanout_width / 20).max(2) * 2);
     }
 }

@@ -1,19 +1,76 @@
-//! Before a run: its numbers (the scale's, overridden by the command line), its id and seed, the
-//! population the scenario needs, creating it, and deleting it afterwards.
+//! Before a run: its numbers (the scale's, overridden by the command line), its id, seed and
+//! result name, what every phase is given (`RunEnv`), the population the scenario needs,
+//! creating it, and deleting it afterwards.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
 use kube::Client;
 
+use crate::args::Args;
 use crate::objects::{
     self, ConfigRef, Kind, OwnRequests, Population, RUN_LABEL, RefStyle, WorkloadKind, WorkloadSpec,
 };
+use crate::progress::log;
 use crate::scenario::{Plan, Scenario};
+use crate::sharded;
 use crate::tenancy::{self, Tenancy};
-use crate::{Args, log, sharded};
+
+/// What a run of one scenario is given, fixed before anything is created.
+pub struct RunEnv<'a> {
+    pub args: &'a Args,
+    pub scenario: Scenario,
+    pub plan: Plan,
+    pub kubeconfig: &'a Path,
+    pub results_dir: &'a Path,
+    /// What `{bin}` stands for.
+    pub bin: Option<&'a str>,
+    pub client: &'a Client,
+    /// The stem of the result files.
+    pub name: String,
+    /// The commit of the load test's checkout (`git describe`-like; None outside git).
+    pub commit: Option<&'a str>,
+    pub run_id: String,
+    /// Start of the run's clock.
+    pub epoch: Instant,
+}
+
+/// `<scenario>-<scale>[-<variant>][-<build>]`: the stem of a run's result files. The variant
+/// is what the scenario was run with (`<N>r` replicas, `tenants`); the build is
+/// `--controller-label` when given (another controller: its name and version, e.g.
+/// `reloader-v1.4.1`), else the commit of this checkout.
+pub fn result_name(args: &Args, scenario: Scenario, commit: Option<&str>) -> String {
+    let variant = match scenario {
+        Scenario::Sharded => format!("-{}r", args.replicas),
+        Scenario::Chaos => crate::chaos::settings::Settings::new(args).variant(),
+        Scenario::NoisyNeighbour | Scenario::Poisoned if args.tenant_groups => "-tenants".into(),
+        Scenario::Flapping if args.churn_limit == Some(0) => "-no-breaker".into(),
+        _ => String::new(),
+    };
+    format!(
+        "{}-{}{variant}{}",
+        scenario.name(),
+        args.scale.name(),
+        build_suffix(args, commit)
+    )
+}
+
+/// `-<label>` (characters a file name should not have replaced), else `-<commit>`, else empty.
+pub fn build_suffix(args: &Args, commit: Option<&str>) -> String {
+    let build = args.controller_label.as_deref().or(commit);
+    build
+        .map(|b| {
+            let safe = b.replace(
+                |c: char| !c.is_ascii_alphanumeric() && !".-".contains(c),
+                "_",
+            );
+            format!("-{safe}")
+        })
+        .unwrap_or_default()
+}
 
 /// The plan of `scenario` at the scale of `args`, with the command line's overrides.
 pub fn plan(args: &Args, scenario: Scenario) -> Plan {
@@ -34,6 +91,10 @@ pub fn plan(args: &Args, scenario: Scenario) -> Plan {
     if scenario == Scenario::Sharded {
         plan.replicas = usize::from(args.replicas);
     }
+    plan.running_share = args.running_share;
+    if let Some(image) = &args.running_image {
+        plan.running_image = image.clone();
+    }
     if let Some(s) = args.flap_period {
         plan.flap_period_s = s;
     }
@@ -44,7 +105,7 @@ pub fn plan(args: &Args, scenario: Scenario) -> Plan {
         plan.churn_limit = m;
     }
     if scenario == Scenario::Chaos {
-        let chaos = crate::chaos::Settings::new(args);
+        let chaos = crate::chaos::settings::Settings::new(args);
         plan.replicas = chaos.max_replicas();
         plan.changes = (plan.rate * chaos.duration_s) as usize;
     }
@@ -121,6 +182,9 @@ pub fn populate(scenario: Scenario, plan: &Plan, run_id: &str) -> Populated {
         Scenario::Large => special = add_large_secrets(&mut pop, plan),
         Scenario::Flapping => special = crate::flapping::populate(&mut pop, plan),
         _ => {}
+    }
+    if plan.running_share > 0.0 {
+        crate::running::mark(&mut pop, plan.running_share, &plan.running_image);
     }
     let initial_hashes = pop.initial_hashes();
     Populated {
@@ -243,6 +307,49 @@ mod tests {
 
     fn args(extra: &[&str]) -> Args {
         Args::parse_from(["kube-reloader-loadtest"].iter().chain(extra))
+    }
+
+    #[test]
+    fn results_are_named_by_scenario_scale_variant_and_build() {
+        let plain = args(&["--scale", "medium"]);
+        assert_eq!(
+            result_name(&plain, Scenario::Steady, Some("1a2b3c4")),
+            "steady-medium-1a2b3c4"
+        );
+        assert_eq!(result_name(&plain, Scenario::Steady, None), "steady-medium");
+        let four = args(&["--replicas", "4"]);
+        assert_eq!(
+            result_name(&four, Scenario::Sharded, Some("1a2b3c4-dirty")),
+            "sharded-small-4r-1a2b3c4-dirty"
+        );
+        assert_eq!(
+            result_name(&four, Scenario::Steady, Some("1a2b3c4")),
+            "steady-small-1a2b3c4"
+        );
+        // Another controller: its label replaces the commit.
+        let reloader = args(&["--tenant-groups", "--controller-label", "reloader v1.4.1/x"]);
+        assert_eq!(
+            result_name(&reloader, Scenario::Poisoned, Some("1a2b3c4")),
+            "poisoned-small-tenants-reloader_v1.4.1_x"
+        );
+        let chaos = |extra: &[&str]| {
+            let a = args(&[&["--scale", "medium"], extra].concat());
+            result_name(&a, Scenario::Chaos, Some("1a2b3c4"))
+        };
+        assert_eq!(chaos(&["--seed", "25"]), "chaos-medium-3r-1a2b3c4");
+        assert_eq!(
+            chaos(&["--seed", "26", "--enable-ha"]),
+            "chaos-medium-3r-ha-seed26-1a2b3c4"
+        );
+        let unbroken = args(&["--churn-limit", "0"]);
+        assert_eq!(
+            result_name(&unbroken, Scenario::Flapping, Some("1a2b3c4")),
+            "flapping-small-no-breaker-1a2b3c4"
+        );
+        assert_eq!(
+            result_name(&args(&["--churn-limit", "5"]), Scenario::Flapping, None),
+            "flapping-small"
+        );
     }
 
     #[test]

@@ -198,7 +198,7 @@ pub async fn wait_converged(
             bail!("the replicas did not converge within {timeout:?}: {why}");
         }
         if last_log.elapsed() > Duration::from_secs(5) {
-            crate::log(&format!("  waiting for the replicas: {why}"));
+            crate::progress::log(&format!("  waiting for the replicas: {why}"));
             last_log = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

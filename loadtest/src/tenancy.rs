@@ -23,13 +23,13 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::objects::RUN_LABEL;
+use crate::ctx::Ctx;
 use crate::objects::{ConfigRef, Kind, Population, WorkloadSpec};
+use crate::objects::{RUN_LABEL, TENANT_LABEL};
+use crate::progress::log;
+use crate::report;
 use crate::scenario::{Plan, Scenario};
-use crate::{Ctx, log, report};
 
-/// The namespace label grouping namespaces into tenants with `--tenant-groups`.
-pub const TENANT_LABEL: &str = "kube-reloader-loadtest-tenant";
 /// The namespace label the poisoned webhook selects.
 const POISONED_LABEL: &str = "kube-reloader-loadtest-poisoned";
 

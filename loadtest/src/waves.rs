@@ -10,26 +10,15 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::ctx::Ctx;
-use crate::drive::timeout_for;
+use crate::ctx::{Ctx, timeout_for};
 use crate::ledger::{State, Verdict};
-use crate::log;
 use crate::objects::ConfigRef;
+use crate::progress::log;
 use crate::scenario::Plan;
 
 /// Template changes of one change further apart than this count as separate waves in the
-/// timeline (the controller reads a wave's health every `POLL`).
+/// timeline (the controller reads a wave's health every `scenario::WAVE_POLL`).
 const WAVE_GAP_S: f64 = 0.3;
-pub const POLL: &str = "500ms";
-
-/// The controller's wave policy for `plan`: the fan-out is well above the threshold.
-pub fn controller_flags(plan: &Plan) -> String {
-    let canary = (plan.fanout_width / 20).max(2);
-    format!(
-        "--waves=threshold={},canary={canary},growth=2,deadline=120s --wave-poll-interval={POLL}",
-        canary * 2
-    )
-}
 
 pub async fn drive(
     ctx: &Ctx,
@@ -184,16 +173,5 @@ mod tests {
         let halted = format!("{ok}kube_reloader_wave_sequences_total{{result=\"halted\"}} 1\n");
         check(Some(&halted), &mut v);
         assert!(!v.passed, "{:?}", v.examples);
-    }
-
-    #[test]
-    fn the_policy_rolls_the_fan_out_in_several_waves() {
-        let plan = Plan::new(
-            crate::scenario::Scenario::Waves,
-            crate::scenario::Scale::Small,
-        );
-        let flags = controller_flags(&plan);
-        assert!(flags.starts_with("--waves=threshold="), "{flags}");
-        assert!(plan.fanout_width > (plan.fanout_width / 20).max(2) * 2);
     }
 }

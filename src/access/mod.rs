@@ -20,7 +20,7 @@ use crate::config::{NamespaceScope, Settings};
 use crate::model::{ConfigKind, WorkloadKind};
 
 /// The Lease `--enable-ha` campaigns on (Reloader's name).
-pub const LEADER_LOCK: &str = crate::shard::DEFAULT_LEADER_LEASE;
+pub const LEADER_LOCK: &str = crate::config::shard::DEFAULT_LEADER_LEASE;
 /// Reloader's ConfigMap of build and option info.
 pub const META_INFO: &str = "reloader-meta-info";
 use crate::waves::HALTS_CONFIGMAP;
@@ -234,18 +234,21 @@ pub fn requirements(settings: &Settings, meta_info_namespace: Option<&str>) -> V
     };
     config_rules(settings, &mut rules);
     workload_rules(settings, &mut rules);
-    rules.add(
-        "events.k8s.io",
-        "events",
-        &["create"],
-        Need::Preferred(Fallback::CoreEvents),
-    );
-    rules.add(
-        "",
-        "events",
-        &["create"],
-        Need::Optional("Kubernetes Events"),
-    );
+    // Shadow mode writes nothing: no Event either.
+    if settings.shadow.is_none() {
+        rules.add(
+            "events.k8s.io",
+            "events",
+            &["create"],
+            Need::Preferred(Fallback::CoreEvents),
+        );
+        rules.add(
+            "",
+            "events",
+            &["create"],
+            Need::Optional("Kubernetes Events"),
+        );
+    }
     cluster_rules(settings, &mut out);
     replica_set_rules(settings, &mut out);
     if let Some(ns) = meta_info_namespace {
@@ -319,6 +322,9 @@ fn workload_rules(settings: &Settings, rules: &mut Rules<'_>) {
             &["watch"],
             Need::Preferred(Fallback::ListWorkloads(kind)),
         );
+        if settings.shadow.is_some() {
+            continue;
+        }
         match kind {
             WorkloadKind::CronJob => rules.add("batch", "jobs", &["create"], Need::Required),
             WorkloadKind::Job => rules.add("batch", "jobs", &["create", "delete"], Need::Required),

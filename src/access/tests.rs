@@ -159,3 +159,32 @@ fn rules_read_as_rbac_does() {
     r.namespace = Some("team-a".into());
     assert_eq!(r.to_string(), "watch deployments.apps in namespace team-a");
 }
+
+#[test]
+fn shadow_mode_needs_only_reads_and_the_replica_sets_own_objects() {
+    let s = settings(&[
+        "--shadow",
+        "--is-Argo-Rollouts=true",
+        "--enable-ha",
+        "--pod-name=a",
+        "--pod-namespace=ns",
+    ]);
+    let writes = ["create", "update", "patch", "delete"];
+    for requirement in requirements(&s, None) {
+        let rule = &requirement.rule;
+        let own = rule.group == "coordination.k8s.io"
+            || (rule.resource == "configmaps" && rule.name == Some(SHARD_ASSIGNMENT));
+        assert!(
+            own || !writes.contains(&rule.verb),
+            "shadow mode asks for {rule:?}"
+        );
+    }
+    // Read-only RBAC is enough: nothing is missing, no fallback is taken for a write.
+    let reads = |r: &Rule| !writes.contains(&r.verb) || r.group == "coordination.k8s.io";
+    let p = plan(&requirements(&s, None), reads);
+    assert!(
+        p.missing.iter().all(|r| r.name == Some(SHARD_ASSIGNMENT)),
+        "{:?}",
+        p.missing
+    );
+}

@@ -211,7 +211,7 @@ pub struct Flags {
     // ---- Reloader v2's leader election (with --enable-ha) ----
     /// Name of the leader Lease. Reloader v1 (and its chart 2.2.16) uses `stakater-reloader-lock`,
     /// kept as the default; Reloader v2's default is `reloader-leader-election`.
-    #[arg(long, env = "LEADER_ELECTION_ID", default_value = crate::shard::DEFAULT_LEADER_LEASE)]
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = super::shard::DEFAULT_LEADER_LEASE)]
     pub leader_election_id: String,
 
     /// Namespace of the leader Lease (and, with --sharding, of the membership Leases and the
@@ -277,7 +277,7 @@ pub struct Flags {
     /// server applies it, `on` always, `off` never (every replica receives everything and keeps
     /// its own namespaces).
     #[arg(long, value_enum, default_value = "auto")]
-    pub server_side_sharding: crate::shard::ServerSharding,
+    pub server_side_sharding: super::shard::ServerSharding,
 
     /// This replica's identity (the pod name, from the downward API).
     #[arg(long = "pod-name", env = "POD_NAME", hide = true)]
@@ -364,6 +364,26 @@ pub struct Flags {
     #[arg(long, env = "OPTIONAL_API_CHECK_INTERVAL", default_value = "1m", value_parser = positive_go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]
     pub optional_api_check_interval: Duration,
+
+    /// Shadow mode (not Reloader's): decide every reload as usual and write nothing (no patch,
+    /// Job, Event, alert, meta-info or halts; only the replica set's own Leases), and judge
+    /// each write of the controller that does reload (stakater/Reloader) against the one this
+    /// one would have made: `/debug/shadow`, `kube-reloader shadow report`
+    /// (docs/migration.md).
+    #[arg(long, env = "SHADOW", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub shadow: bool,
+
+    /// Shadow mode: how long a predicted write waits for the incumbent's (then `not-done`),
+    /// and an incumbent's write for a prediction (then `unpredicted`) (Go duration).
+    #[arg(long, env = "SHADOW_WINDOW", default_value = "60s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub shadow_window: Duration,
+
+    /// Shadow mode: an agreeing write this long after the config change is `late` (Go
+    /// duration).
+    #[arg(long, env = "SHADOW_LATE_AFTER", default_value = "10s", value_parser = positive_go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub shadow_late_after: Duration,
 }
 
 /// `--is-openshift`: a Go boolean, or Reloader v2's `auto` / empty (detect the API: false here,

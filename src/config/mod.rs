@@ -3,6 +3,7 @@
 mod annotations;
 mod flags;
 mod selector;
+pub mod shard;
 
 pub use annotations::AnnotationKeys;
 pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Environment, Flags, PreciseKeys};
@@ -94,7 +95,7 @@ pub struct Settings {
     pub per_tenant_rate: Option<f64>,
     pub max_retry_backoff: Duration,
     /// Leases and shard assignment, with `--sharding` or `--enable-ha`.
-    pub shard: Option<crate::shard::ShardSettings>,
+    pub shard: Option<shard::ShardSettings>,
     /// Workload kinds RBAC lets this replica list but not watch, found at start by the access
     /// review (`crate::access`); none until then.
     pub rbac_listed_kinds: std::collections::BTreeSet<WorkloadKind>,
@@ -111,8 +112,20 @@ pub struct Settings {
     /// `--optional-api-check-interval`.
     pub optional_api_check_interval: std::time::Duration,
     /// Where halts are kept (the `kube-reloader-halts` ConfigMap): POD_NAMESPACE, else
-    /// RELOADER_NAMESPACE. `None`: halts live as long as the process.
+    /// RELOADER_NAMESPACE. `None`: halts live as long as the process (always in shadow mode).
     pub halts_namespace: Option<String>,
+    /// `--shadow`: write nothing, judge the incumbent's writes (`crate::shadow`).
+    pub shadow: Option<ShadowSettings>,
+}
+
+/// `--shadow-window` and `--shadow-late-after` (`crate::shadow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShadowSettings {
+    /// A prediction with no matching write after this is `not-done`, a write with no matching
+    /// prediction `unpredicted`.
+    pub window: std::time::Duration,
+    /// An agreeing write this long after the config change is `late`.
+    pub late_after: std::time::Duration,
 }
 
 impl Settings {
@@ -253,8 +266,12 @@ impl TryFrom<Flags> for Settings {
             halts_namespace: [&f.pod_namespace, &f.environment.reloader_namespace]
                 .into_iter()
                 .flatten()
-                .find(|ns| !ns.is_empty())
+                .find(|ns| !ns.is_empty() && !f.shadow)
                 .cloned(),
+            shadow: f.shadow.then_some(ShadowSettings {
+                window: f.shadow_window,
+                late_after: f.shadow_late_after,
+            }),
         })
     }
 }
@@ -385,7 +402,7 @@ fn tenancy(f: &Flags) -> Result<(Option<String>, Option<f64>), ConfigError> {
 }
 
 /// `--sharding` or `--enable-ha`: the replica's identity and the Lease timings.
-fn shard_settings(f: &Flags) -> Result<Option<crate::shard::ShardSettings>, ConfigError> {
+fn shard_settings(f: &Flags) -> Result<Option<shard::ShardSettings>, ConfigError> {
     let shard = if f.sharding || f.enable_ha {
         let flag = if f.sharding { "sharding" } else { "enable-ha" };
         let me = f
@@ -445,7 +462,7 @@ fn shard_settings(f: &Flags) -> Result<Option<crate::shard::ShardSettings>, Conf
                  (--leader-election-renew-deadline)",
             ));
         }
-        Some(crate::shard::ShardSettings {
+        Some(shard::ShardSettings {
             namespace,
             me,
             leader_lease,

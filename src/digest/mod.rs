@@ -6,9 +6,5 @@
 mod pool;
 mod source;
 
-pub use crate::reloader_format::hash::{
-    ConfigPayload, DELETE_MARKER, Digest, digest_payload, key_digests, reloader_sha1_hex,
-};
-pub use crate::reloader_format::precise::KeyDigests;
 pub use pool::{DigestPool, DigestPoolClosed};
 pub use source::ConfigSource;

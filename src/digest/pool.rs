@@ -6,8 +6,9 @@ use std::thread;
 use crossbeam_channel::{Receiver, Sender, bounded};
 use tokio::sync::oneshot;
 
-use crate::reloader_format::hash::{ConfigPayload, Digest, digest_payload, key_digests};
+use crate::reloader_format::hash::{ConfigPayload, Digest, digest_payload};
 use crate::reloader_format::precise::KeyDigests;
+use crate::reloader_format::precise::key_digests;
 
 /// The pool is gone (the process is shutting down).
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use crate::model::ConfigKind;
 
-use super::ConfigPayload;
+use crate::reloader_format::hash::ConfigPayload;
 
 /// A watched config object, split into identity, annotations and payload.
 pub trait ConfigSource:

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-pub use crate::config::BreakerSettings;
+use crate::config::BreakerSettings;
 use crate::index::ConfigState;
 use crate::model::ConfigKey;
 

@@ -25,9 +25,12 @@ use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::tenants::Tenants;
 use crate::rollout::{QueueObserver, WorkloadWriter};
+use crate::shadow::Shadow;
+use crate::shadow::observe::writes_seen;
 use crate::shard::Ownership;
 
-use super::{ActedGuard, ActedTracker, ConfigEvents, ConfigObserver, Engine, Phase};
+use super::{ConfigEvents, ConfigObserver, Engine, Phase};
+use crate::shard::acted::{ActedGuard, ActedTracker};
 
 /// A namespace that moved to another replica keeps its config states this long (its workloads
 /// are forgotten at once), so that if it comes back meanwhile, its backfill compares with what
@@ -58,6 +61,8 @@ pub struct Intake {
     /// the list, and those it did not cover (made after its snapshot) are acted on after it.
     /// One map entry per namespace, so deferring a change and ending the wait never interleave.
     entering: dashmap::DashMap<String, HashMap<ConfigKey, Deferred>, ahash::RandomState>,
+    /// Shadow mode: the incumbent's writes seen on the workloads are handed here.
+    shadow: Option<Arc<Shadow>>,
 }
 
 impl Intake {
@@ -88,6 +93,15 @@ impl Intake {
             secret_notices,
             secret_notice_receiver: Mutex::new(receiver),
             entering: Default::default(),
+            shadow: None,
+        }
+    }
+
+    /// Shadow mode: each write of the incumbent's seen on a workload goes to `shadow`.
+    pub fn with_shadow(self, shadow: Arc<Shadow>) -> Self {
+        Self {
+            shadow: Some(shadow),
+            ..self
         }
     }
 
@@ -144,6 +158,13 @@ impl Intake {
                 .collect(),
             false => Vec::new(),
         };
+        if let Some(shadow) = &self.shadow {
+            let old = self.index.workload(&key);
+            let keys = &self.settings.keys;
+            for seen in writes_seen(old.as_deref(), &entry, &obj, keys, ready) {
+                shadow.written(&seen.workload, &seen.config, seen.marks);
+            }
+        }
         self.index.apply_workload(entry);
         self.notice_unindexed_secrets(secrets);
         Some(key)

@@ -7,9 +7,9 @@ use serde_json::json;
 
 use super::*;
 use crate::config::Flags;
-use crate::digest::{ConfigPayload, digest_payload};
 use crate::index::workload_entry;
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
+use crate::reloader_format::hash::{ConfigPayload, digest_payload};
 use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::{WriteError, WriteOutcome, WriteTurn};
@@ -477,7 +477,7 @@ fn keyed(a: &str, b: &str) -> ConfigState {
     };
     ConfigState {
         digest: digest_payload(payload()),
-        keys: crate::digest::key_digests(&payload()),
+        keys: crate::reloader_format::precise::key_digests(&payload()),
         ignore: false,
         matched: false,
         resource_version: 0,

@@ -1,4 +1,4 @@
-//! The `explain` and `lint` subcommands of the kube-reloader binary (also run as the kubectl
+//! The `explain`, `lint`, `plan`, `resume` and `shadow report` subcommands of the kube-reloader binary (also run as the kubectl
 //! plugin `kubectl-reloader`). Plain `kube-reloader --flags...` still runs the controller.
 
 use clap::{Args, Parser, Subcommand};
@@ -36,6 +36,37 @@ pub enum Tool {
     Plan(PlanArgs),
     /// Releases the halted change of a config: the workloads it holds are rolled once.
     Resume(ResumeArgs),
+    /// Shadow mode (`--shadow`) tools.
+    Shadow(ShadowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShadowArgs {
+    #[command(subcommand)]
+    pub command: ShadowCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShadowCommand {
+    /// The verdicts of a replica running with --shadow, from its /debug/shadow; exit code 1
+    /// when any verdict is not `agree`.
+    Report(ShadowReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShadowReportArgs {
+    /// The replica's admin address (--metrics-addr), e.g. after `kubectl port-forward`.
+    #[arg(long, default_value = "http://127.0.0.1:9090", conflicts_with = "pod")]
+    pub url: String,
+    /// Ask the replica through the API server's pod proxy instead (user's kubeconfig).
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub pod: Option<String>,
+    /// The admin port, with --pod.
+    #[arg(long, default_value_t = 9090)]
+    pub port: u16,
+    /// Output format: text or json.
+    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
 }
 
 #[derive(Debug, Args)]
@@ -106,6 +137,8 @@ pub enum ToolError {
     Usage(String),
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error("reading the shadow report from {from}: {error}")]
+    ShadowReport { from: String, error: String },
 }
 
 /// Parses `deployment/web`, `deploy/web`, `statefulsets/db` ...
@@ -379,6 +412,53 @@ pub async fn run_plan(args: &PlanArgs) -> Result<String, ToolError> {
 }
 
 /// `kube-reloader resume`: returns the text to print.
+/// The report of a shadow replica; `true` with it when some verdict is not `agree`.
+pub async fn run_shadow_report(args: &ShadowReportArgs) -> Result<(String, bool), ToolError> {
+    let (from, body) = match &args.pod {
+        Some(pod) => {
+            let (namespace, name) = pod.split_once('/').ok_or_else(|| {
+                ToolError::Usage(format!("--pod '{pod}': expected <namespace>/<name>"))
+            })?;
+            let path = format!(
+                "/api/v1/namespaces/{namespace}/pods/{name}:{}/proxy/debug/shadow",
+                args.port
+            );
+            let (client, _) = client().await?;
+            let request = http::Request::get(&path)
+                .body(Vec::new())
+                .map_err(|e| ToolError::Usage(e.to_string()))?;
+            let body = client
+                .request_text(request)
+                .await
+                .map_err(|e| ToolError::ShadowReport {
+                    from: pod.clone(),
+                    error: e.to_string(),
+                })?;
+            (pod.clone(), body)
+        }
+        None => {
+            let url = format!("{}/debug/shadow", args.url.trim_end_matches('/'));
+            let failed = |e: reqwest::Error| ToolError::ShadowReport {
+                from: url.clone(),
+                error: e.to_string(),
+            };
+            let response = reqwest::get(&url).await.map_err(failed)?;
+            let response = response.error_for_status().map_err(failed)?;
+            (url.clone(), response.text().await.map_err(failed)?)
+        }
+    };
+    let report: crate::shadow::report::Report =
+        serde_json::from_str(&body).map_err(|e| ToolError::ShadowReport {
+            from,
+            error: format!("not a shadow report: {e}"),
+        })?;
+    let text = match args.output.as_str() {
+        "json" => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        _ => report.text(),
+    };
+    Ok((text, report.disagreements() > 0))
+}
+
 pub async fn run_resume(args: &ResumeArgs) -> Result<String, ToolError> {
     let (kind, name) = parse_config(&args.target)?;
     let (client, default_ns) = client().await?;
@@ -405,6 +485,9 @@ pub fn run(tool: Tool) -> u8 {
             Tool::Lint(args) => run_lint(args).await,
             Tool::Plan(args) => run_plan(args).await.map(|t| (t, false)),
             Tool::Resume(args) => run_resume(args).await.map(|t| (t, false)),
+            Tool::Shadow(ShadowArgs {
+                command: ShadowCommand::Report(args),
+            }) => run_shadow_report(args).await,
         }
     });
     match result {

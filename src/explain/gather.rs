@@ -14,10 +14,12 @@ use serde_json::Value;
 use crate::config::PreciseKeys;
 use crate::config::{AnnotationKeys, Settings};
 use crate::digest::ConfigSource;
-use crate::digest::{ConfigPayload, KeyDigests, digest_payload, key_digests};
 use crate::index::{WorkloadEntry, workload_entry};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::policy::{PolicyReading, ReloadPolicy, config_flag};
+use crate::reloader_format::hash::{ConfigPayload, digest_payload};
+use crate::reloader_format::precise::KeyDigests;
+use crate::reloader_format::precise::key_digests;
 use crate::reloader_format::template::{LastReloadedFrom, recorded_hash};
 use crate::resources::api_resource;
 

@@ -346,9 +346,9 @@ fn queue_state(state: Option<crate::rollout::WorkloadQueueState>) -> QueueState 
 mod tests {
     use super::*;
     use crate::config::{AnnotationKeys, Flags};
-    use crate::digest::{ConfigPayload, digest_payload};
     use crate::index::{ConfigState, workload_entry};
     use crate::model::ConfigKey;
+    use crate::reloader_format::hash::{ConfigPayload, digest_payload};
     use clap::Parser;
     use serde_json::json;
 

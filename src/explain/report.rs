@@ -31,7 +31,7 @@ pub struct ConfigSeen {
     /// Reloader's hash of its current content (None: not known, e.g. no CSI pod status yet).
     pub hash: Option<String>,
     /// Per-key digests of its content (with `--precise-keys` on), for key-precise values.
-    pub keys: crate::digest::KeyDigests,
+    pub keys: crate::reloader_format::precise::KeyDigests,
     /// What holds its workloads: a halted change rolled in waves (live, or kept in the
     /// cluster), the churn breaker (live only).
     pub held: Option<String>,
@@ -424,7 +424,11 @@ pub fn config_report(
 }
 
 /// The value a workload counting `counted` records for content with Reloader hash `full`.
-fn current_value(full: String, keys: &crate::digest::KeyDigests, counted: &Counted) -> String {
+fn current_value(
+    full: String,
+    keys: &crate::reloader_format::precise::KeyDigests,
+    counted: &Counted,
+) -> String {
     match counted {
         Counted::Keys(k) => keys.precise_value(k).unwrap_or(full),
         Counted::Whole => full,
@@ -544,8 +548,11 @@ mod tests {
     }
 
     /// Per-key digests of a config holding a=1, b=2.
-    fn digests_ab() -> crate::digest::KeyDigests {
-        crate::digest::KeyDigests::of([("a", b"1".as_slice()), ("b", b"2".as_slice())])
+    fn digests_ab() -> crate::reloader_format::precise::KeyDigests {
+        crate::reloader_format::precise::KeyDigests::of([
+            ("a", b"1".as_slice()),
+            ("b", b"2".as_slice()),
+        ])
     }
 
     /// A workload reading key `a` of `cfg`, recording `recorded`; the config holds a=1, b=2.

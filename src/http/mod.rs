@@ -1,5 +1,6 @@
 //! The admin endpoint: `/metrics` (Prometheus), `/live` and `/ready` (probes),
-//! `/debug/explain?kind=&namespace=&name=[&config=]` (JSON verdicts from the live index); CPU profiles on
+//! `/debug/explain?kind=&namespace=&name=[&config=]` (JSON verdicts from the live index),
+//! `/debug/shadow` (shadow mode's report); CPU profiles on
 //! their own address when enabled; on `--health-addr`, Reloader v2's probe paths `/healthz` and
 //! `/readyz`, answered as `/live` and `/ready` are.
 
@@ -25,6 +26,8 @@ pub struct AdminState {
     pub ownership: Arc<Ownership>,
     pub ready: Box<dyn Fn() -> bool + Send + Sync>,
     pub explain: Option<crate::explain::live::LiveExplainer>,
+    /// Shadow mode's judge (`/debug/shadow`), with `--shadow`.
+    pub shadow: Option<Arc<crate::shadow::Shadow>>,
 }
 
 async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
@@ -90,9 +93,25 @@ async fn debug_explain(
     (StatusCode::OK, json(), body)
 }
 
+/// The shadow report as JSON; 404 when the replica is not in shadow mode.
+async fn debug_shadow(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    match &s.shadow {
+        Some(shadow) => {
+            let body = serde_json::to_string_pretty(&shadow.report()).unwrap_or_default();
+            (StatusCode::OK, json, body)
+        }
+        None => {
+            let body = serde_json::json!({"error": "not in shadow mode (--shadow)"}).to_string();
+            (StatusCode::NOT_FOUND, json, body)
+        }
+    }
+}
+
 pub fn router(state: Arc<AdminState>) -> Router {
     Router::new()
         .route("/debug/explain", get(debug_explain))
+        .route("/debug/shadow", get(debug_shadow))
         .route("/metrics", get(metrics))
         .route("/live", get(live))
         .route("/ready", get(ready))

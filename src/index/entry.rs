@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use crate::config::PreciseKeys;
-use crate::digest::{Digest, KeyDigests};
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey};
 use crate::policy::{NamePattern, ReloadPolicy};
+use crate::reloader_format::hash::Digest;
+use crate::reloader_format::precise::KeyDigests;
 
 /// A config reduced to what decisions need. 88 bytes, plus 24 a key with `--precise-keys`;
 /// no payload.

@@ -2,9 +2,9 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::config::AnnotationKeys;
-use crate::digest::Digest;
 use crate::model::ConfigKind;
 use crate::policy::ReloadPolicy;
+use crate::reloader_format::hash::Digest;
 
 fn entry(name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> WorkloadEntry {
     let meta: BTreeMap<String, String> = annotations

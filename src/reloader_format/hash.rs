@@ -191,23 +191,6 @@ pub fn digest_payload(payload: ConfigPayload) -> Digest {
     }
 }
 
-/// Per-key digests of a payload, for key-precise values (none for a SecretProviderClass: its
-/// objects are counted whole).
-pub fn key_digests(payload: &ConfigPayload) -> super::precise::KeyDigests {
-    use super::precise::KeyDigests;
-    match payload {
-        ConfigPayload::ConfigMap { data, binary_data } => KeyDigests::of(
-            data.iter()
-                .map(|(k, v)| (k.as_str(), v.as_bytes()))
-                .chain(binary_data.iter().map(|(k, v)| (k.as_str(), v.as_slice()))),
-        ),
-        ConfigPayload::Secret { data } => {
-            KeyDigests::of(data.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
-        }
-        ConfigPayload::SecretProviderClass { .. } => KeyDigests::default(),
-    }
-}
-
 /// SHA-1 of a plain string, lower-case hex (used for the delete marker).
 pub fn reloader_sha1_hex(text: &str) -> String {
     hex(&sha1::Sha1::digest(text.as_bytes()))

@@ -7,8 +7,3 @@ pub mod hash;
 pub mod naming;
 pub mod precise;
 pub mod template;
-
-pub use hash::{
-    ConfigPayload, DELETE_MARKER, Digest, digest_payload, key_digests, reloader_sha1_hex,
-};
-pub use precise::KeyDigests;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use sha1::Digest as _;
 
-use super::hash::hex;
+use super::hash::{ConfigPayload, hex};
 
 /// The digest of one key of a config.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -96,6 +96,22 @@ impl KeyDigests {
             }
         }
         Some(hex(&sha1.finalize()))
+    }
+}
+
+/// Per-key digests of a payload, for key-precise values (none for a SecretProviderClass: its
+/// objects are counted whole).
+pub fn key_digests(payload: &ConfigPayload) -> KeyDigests {
+    match payload {
+        ConfigPayload::ConfigMap { data, binary_data } => KeyDigests::of(
+            data.iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes()))
+                .chain(binary_data.iter().map(|(k, v)| (k.as_str(), v.as_slice()))),
+        ),
+        ConfigPayload::Secret { data } => {
+            KeyDigests::of(data.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
+        }
+        ConfigPayload::SecretProviderClass { .. } => KeyDigests::default(),
     }
 }
 

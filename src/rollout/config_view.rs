@@ -21,9 +21,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use tracing::warn;
 
-use crate::digest::{ConfigPayload, ConfigSource, digest_payload};
+use crate::digest::ConfigSource;
 use crate::index::{ConfigState, ReverseIndex};
 use crate::model::{ConfigKey, ConfigKind};
+use crate::reloader_format::hash::{ConfigPayload, digest_payload};
 
 use super::queue::classify;
 use super::queue::{QueuedChange, WriteError};
@@ -220,7 +221,7 @@ impl ConfigViews {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::Digest;
+    use crate::reloader_format::hash::Digest;
 
     fn change(hash: Option<&str>) -> TemplateChange {
         TemplateChange {

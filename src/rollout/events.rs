@@ -23,6 +23,8 @@ pub struct EventSink {
     gate: Option<EventGate>,
     /// Write core/v1 Events (Reloader's API, all its RBAC grants) instead of events.k8s.io/v1.
     core: bool,
+    /// Shadow mode: publish nothing.
+    muted: bool,
 }
 
 /// Events are writes too: only the replica that owns the namespace and may write (not fenced)
@@ -76,7 +78,13 @@ impl EventSink {
             reporter,
             gate: None,
             core: false,
+            muted: false,
         }
+    }
+
+    /// `true` (shadow mode): every Event is dropped (logged at debug).
+    pub fn muted(self, muted: bool) -> Self {
+        Self { muted, ..self }
     }
 
     /// `true`: publish core/v1 Events (see [`crate::access::Fallback::CoreEvents`]).
@@ -100,6 +108,10 @@ impl EventSink {
         note: String,
         needs_turn: bool,
     ) {
+        if self.muted {
+            debug!(reason, "event not published: shadow mode");
+            return;
+        }
         if let Some(gate) = &self.gate {
             let namespace = reference.namespace.as_deref().unwrap_or_default();
             if !gate.ownership.owns(namespace) || !gate.ownership.may_write() {

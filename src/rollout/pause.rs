@@ -31,6 +31,8 @@ struct Inner {
     paused_at_key: String,
     /// Resume time (unix seconds) per Deployment with a timer running.
     timers: DashMap<WorkloadKey, i64, ahash::RandomState>,
+    /// Shadow mode: no pause is ever resumed (the incumbent resumes its own).
+    muted: bool,
 }
 
 impl PauseKeeper {
@@ -47,12 +49,24 @@ impl PauseKeeper {
                 limiter,
                 paused_at_key,
                 timers: DashMap::default(),
+                muted: false,
             }),
         }
     }
 
+    /// `true` (shadow mode): [`Self::schedule`] does nothing. Set before the keeper is shared.
+    pub fn muted(mut self, muted: bool) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("muted before the keeper is shared")
+            .muted = muted;
+        self
+    }
+
     /// Makes sure `key` is resumed at `paused_at + period` (both unix seconds).
     pub fn schedule(&self, key: WorkloadKey, paused_at: i64, period: i64) {
+        if self.inner.muted {
+            return;
+        }
         let resume_at = paused_at + period;
         if self.inner.timers.get(&key).is_some_and(|t| *t == resume_at) {
             return;

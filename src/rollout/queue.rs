@@ -70,6 +70,8 @@ pub enum WriteOutcome {
     UpToDate,
     /// The workload is gone, or this replica no longer owns its namespace.
     Dropped(&'static str),
+    /// Shadow mode: the write was computed and handed to the judge, not sent.
+    Predicted,
 }
 
 /// Why a write attempt failed, classified for the retry policy.
@@ -521,6 +523,7 @@ fn finish<W: WorkloadWriter, O: QueueObserver>(
         Ok(WriteOutcome::Reloaded) => "reloaded",
         Ok(WriteOutcome::UpToDate) => "up_to_date",
         Ok(WriteOutcome::Dropped(_)) => "dropped",
+        Ok(WriteOutcome::Predicted) => "predicted",
         Err(e) => e.metric_label(),
     };
     for change in &changes {
@@ -537,7 +540,9 @@ fn finish<W: WorkloadWriter, O: QueueObserver>(
     }
     inner.observer.finished(key, &changes, &result, attempts);
     let completion = match result {
-        Ok(WriteOutcome::Reloaded) => Completion::Written { reloaded: true },
+        Ok(WriteOutcome::Reloaded | WriteOutcome::Predicted) => {
+            Completion::Written { reloaded: true }
+        }
         Ok(WriteOutcome::UpToDate) => Completion::Written { reloaded: false },
         _ => Completion::Finished,
     };

@@ -36,10 +36,18 @@ use crate::reloader_format::template::{
 use crate::resources::{api_resource, workload_reference};
 use crate::shard::Ownership;
 
+use crate::shadow::Shadow;
+use crate::shadow::marks::{carries, marks_of};
+
 use super::config_view::ConfigViews;
 use super::events::{EventSink, failed_message, reloaded_message};
 use super::pause::PauseKeeper;
 use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn, classify};
+
+/// Shadow mode: how often, and how far apart, a vanished Job is read again (see
+/// `read_recreated_job`): 2 s in all.
+const SHADOW_JOB_REREADS: u32 = 10;
+const SHADOW_JOB_REREAD_PAUSE: Duration = Duration::from_millis(200);
 
 /// A limiter wait longer than this re-reads the workload before writing (once per attempt).
 const REREAD_AFTER_WAIT: Duration = Duration::from_millis(200);
@@ -86,6 +94,8 @@ pub struct KubeWriter {
     events: EventSink,
     pauses: PauseKeeper,
     config_views: ConfigViews,
+    /// Shadow mode: every write is computed and handed here instead of being sent.
+    shadow: Option<Arc<Shadow>>,
 }
 
 impl KubeWriter {
@@ -104,6 +114,15 @@ impl KubeWriter {
             ownership,
             events,
             pauses,
+            shadow: None,
+        }
+    }
+
+    /// Shadow mode: predict every write to `shadow`, send none.
+    pub fn shadowing(self, shadow: Arc<Shadow>) -> Self {
+        Self {
+            shadow: Some(shadow),
+            ..self
         }
     }
 
@@ -136,15 +155,21 @@ impl KubeWriter {
             ));
         }
         let api = self.api(key);
-        let Some(read) = self.read_for_write(&api, key, changes).await? else {
-            return Ok(WriteOutcome::Dropped("workload vanished"));
+        let read = match self.read_for_write(&api, key, changes).await? {
+            Some(read) => read,
+            None if self.shadow.is_some() && key.kind == WorkloadKind::Job => {
+                match self.read_recreated_job(&api, key, changes).await? {
+                    Some(read) => read,
+                    None => return Ok(WriteOutcome::Dropped("workload vanished")),
+                }
+            }
+            None => return Ok(WriteOutcome::Dropped("workload vanished")),
         };
         let now = jiff::Timestamp::now();
-        // A Rollout whose template is a Deployment's (workloadRef) can only be restarted: its
-        // own template is empty and the Deployment's is not its to write (as Reloader does).
-        let restart = key.kind == WorkloadKind::Rollout
-            && (self.rollout_strategy(&read.0.metadata) == RolloutStrategy::Restart
-                || read.0.data.pointer("/spec/workloadRef").is_some());
+        let restart = self.restarts(key, &read.0);
+        if let Some(shadow) = &self.shadow {
+            return self.predict(shadow, key, changes, read, restart, now);
+        }
         let step = match restart {
             true => self.restart_rollout(&api, key, read, turn, now).await?,
             false => {
@@ -159,6 +184,62 @@ impl KubeWriter {
                 Ok(WriteOutcome::Reloaded)
             }
         }
+    }
+
+    /// A Rollout whose template is a Deployment's (workloadRef) can only be restarted: its own
+    /// template is empty and the Deployment's is not its to write (as Reloader does).
+    fn restarts(&self, key: &WorkloadKey, object: &DynamicObject) -> bool {
+        key.kind == WorkloadKind::Rollout
+            && (self.rollout_strategy(&object.metadata) == RolloutStrategy::Restart
+                || object.data.pointer("/spec/workloadRef").is_some())
+    }
+
+    /// Shadow mode: the template edited as for a write, and the marks it would leave for each
+    /// config handed to the judge; nothing is sent. A config whose value the template already
+    /// carries (the incumbent was faster than this read) is predicted as it stands; one the
+    /// edit could not place anywhere (no container takes it) would not be written: no
+    /// prediction.
+    fn predict(
+        &self,
+        shadow: &Shadow,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+        (object, template_changes): Read,
+        restart: bool,
+        now: jiff::Timestamp,
+    ) -> Result<WriteOutcome, WriteError> {
+        if restart {
+            shadow.unjudged(key);
+            return Ok(WriteOutcome::Predicted);
+        }
+        let cronjob = self.cronjob_strategy(&object.metadata);
+        let mut value =
+            serde_json::to_value(object).map_err(|e| WriteError::Permanent(e.to_string()))?;
+        let edit = edit_template(
+            &mut value,
+            key.kind,
+            EnvPlacement::of_write(key.kind, cronjob),
+            self.settings.strategy,
+            self.keys(),
+            &template_changes,
+            now.as_second(),
+        )
+        .map_err(|e| WriteError::Permanent(e.to_string()))?;
+        let template = value
+            .pointer(key.kind.pod_template_pointer())
+            .unwrap_or(&Value::Null);
+        for change in &template_changes {
+            let marks = marks_of(template, self.keys(), &change.config);
+            if !edit.written.contains(&change.config) && !carries(&marks, change) {
+                continue;
+            }
+            let changed_at = changes
+                .iter()
+                .find(|c| c.change.config == change.config)
+                .map_or_else(std::time::Instant::now, |c| c.observed_at);
+            shadow.predicted(key, &change.config, marks, changed_at);
+        }
+        Ok(WriteOutcome::Predicted)
     }
 
     /// An Argo Rollout with `rollout-strategy: restart`: `spec.restartAt`, template untouched.
@@ -276,6 +357,24 @@ impl KubeWriter {
     fn rollout_strategy(&self, meta: &ObjectMeta) -> RolloutStrategy {
         let annotations = meta.annotations.clone().unwrap_or_default();
         rollout_strategy_of(self.keys(), &annotations).0
+    }
+
+    /// Shadow mode: a Job gone when read is most likely being re-created by the incumbent's
+    /// reload (delete, then create): it is read again for a short while, so the prediction is
+    /// made against the new Job rather than dropped.
+    async fn read_recreated_job(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        changes: &[QueuedChange],
+    ) -> Result<Option<Read>, WriteError> {
+        for _ in 0..SHADOW_JOB_REREADS {
+            tokio::time::sleep(SHADOW_JOB_REREAD_PAUSE).await;
+            if let Some(read) = self.read_for_write(api, key, changes).await? {
+                return Ok(Some(read));
+            }
+        }
+        Ok(None)
     }
 
     /// Reads the workload for a write, with the changes to write; `None` when it vanished.
@@ -551,6 +650,7 @@ fn outcome_label(outcome: &WriteOutcome) -> &'static str {
         WriteOutcome::Reloaded => "reloaded",
         WriteOutcome::UpToDate => "up_to_date",
         WriteOutcome::Dropped(_) => "dropped",
+        WriteOutcome::Predicted => "predicted",
     }
 }
 

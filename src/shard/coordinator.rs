@@ -27,7 +27,8 @@ pub use super::handover::{CatchUp, OwnershipChange};
 use super::lease::{self, Member};
 use super::liveness::Liveness;
 use super::ranges::{Quantiles, fnv1a64};
-use super::{Assignment, Ownership, ShardSettings, ShardState};
+use super::{Assignment, Ownership, ShardState};
+use crate::config::shard::ShardSettings;
 use std::collections::HashMap;
 
 /// Namespaces per page when the leader lists them for the shard quantiles (names only).

@@ -13,9 +13,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
-use super::ShardSettings;
 use super::lease;
 use super::liveness::Liveness;
+use crate::config::shard::ShardSettings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderLockError {

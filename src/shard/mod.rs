@@ -17,7 +17,7 @@ pub mod server_filter;
 
 pub use assignment::{Assignment, Scheme};
 pub use handover::{SETTLE_WINDOW, ShardView};
-pub use server_filter::{SelectorFeed, ServerSharding};
+pub use server_filter::SelectorFeed;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,29 +25,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashSet;
-
-/// The leader Lease's name unless `--leader-election-id` says otherwise: Reloader v1's, so
-/// `--enable-ha` keeps its meaning (and the Lease Reloader's chart lets it write).
-pub const DEFAULT_LEADER_LEASE: &str = "stakater-reloader-lock";
-
-/// The replica set's settings (`--enable-ha`, `--sharding`, the Lease timings).
-#[derive(Debug, Clone)]
-pub struct ShardSettings {
-    /// Where the Leases and the shard assignment live.
-    pub namespace: String,
-    pub me: String,
-    /// The leader Lease (`--leader-election-id`).
-    pub leader_lease: String,
-    /// Hand the leader Lease back on a graceful exit (`--leader-election-release-on-cancel`).
-    pub release_on_cancel: bool,
-    /// Split namespaces over all live replicas; false: plain `--enable-ha` (the leader does all).
-    pub sharding: bool,
-    /// `--server-side-sharding`.
-    pub server_sharding: ServerSharding,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-}
 
 #[derive(Debug)]
 pub struct ShardState {

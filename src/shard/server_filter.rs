@@ -49,19 +49,6 @@ fn sharded_resources() -> &'static [String] {
     })
 }
 
-/// Whether to ask the API server to shard (`--server-side-sharding`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ServerSharding {
-    /// When a probe list comes back with `metadata.shardInfo` (the server applied the selector).
-    #[default]
-    Auto,
-    /// Always send the selector (objects are still checked on arrival).
-    On,
-    /// Never: every replica receives everything and keeps its own namespaces.
-    Off,
-}
-
 /// The selector this replica sends, published by the shard view and read by the layer.
 #[derive(Clone, Debug)]
 pub struct SelectorFeed {

@@ -64,6 +64,12 @@ struct ResourceLabel {
     resource: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabel {
+    verdict: String,
+    kind: String,
+}
+
 /// `group/version/resource` of an optional API.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabel {
@@ -137,9 +143,24 @@ pub struct Metrics {
     server_side_sharding: Gauge,
     breaker_held_changes: Counter,
     api_served: Family<ApiLabel, Gauge>,
+    shadow_verdicts: Family<VerdictLabel, Counter>,
 }
 
 impl Metrics {
+    /// One shadow verdict (`kube_reloader_shadow_verdicts_total`).
+    pub fn shadow_verdict(
+        &self,
+        verdict: crate::shadow::judge::Verdict,
+        kind: crate::model::WorkloadKind,
+    ) {
+        self.shadow_verdicts
+            .get_or_create(&VerdictLabel {
+                verdict: verdict.as_str().into(),
+                kind: kind.as_str().into(),
+            })
+            .inc();
+    }
+
     pub fn new(count_by_namespace: bool) -> Arc<Self> {
         let mut registry = Registry::default();
         let m = Metrics {
@@ -186,6 +207,7 @@ impl Metrics {
             server_side_sharding: Gauge::default(),
             breaker_held_changes: Counter::default(),
             api_served: Family::default(),
+            shadow_verdicts: Family::default(),
         };
         m.create_series();
         m.register_reloader_metrics(&mut registry);
@@ -381,6 +403,12 @@ impl Metrics {
     /// the requests it sends.
     fn register_state_metrics(&self, own: &mut Registry) {
         own.register(
+            "shadow_verdicts",
+            "Shadow mode (--shadow): the incumbent's writes judged against kube-reloader's \
+             predictions, by verdict (agree, late, differ, not-done, unpredicted) and workload kind.",
+            self.shadow_verdicts.clone(),
+        );
+        own.register(
             "optional_api_served",
             "1 when the API of a CRD-backed kind a flag turns on (CSI, Argo Rollouts, \
              DeploymentConfigs) is served, 0 while it is not (its watch waits for it).",
@@ -536,6 +564,7 @@ impl QueueObserver for Arc<Metrics> {
             Ok(WriteOutcome::Reloaded) => "success",
             Ok(WriteOutcome::UpToDate) => "no_change",
             Ok(WriteOutcome::Dropped(_)) => "dropped",
+            Ok(WriteOutcome::Predicted) => "predicted",
             Err(_) => "failed",
         };
         self.action_total

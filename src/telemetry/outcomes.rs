@@ -50,7 +50,8 @@ impl QueueObserver for Arc<Outcomes> {
             Ok(WriteOutcome::Dropped(reason)) => {
                 tracing::info!(workload = %key, reason, "reload dropped");
             }
-            Ok(WriteOutcome::UpToDate) => {}
+            // Shadow mode: no alert, since nothing was reloaded.
+            Ok(WriteOutcome::UpToDate | WriteOutcome::Predicted) => {}
         }
     }
 

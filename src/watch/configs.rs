@@ -14,10 +14,11 @@ use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::config::PreciseKeys;
-use crate::digest::{ConfigPayload, ConfigSource, DigestPoolClosed};
+use crate::digest::{ConfigSource, DigestPoolClosed};
 use crate::engine::Phase;
 use crate::index::{ConfigState, ConfigWaves};
 use crate::model::{ConfigKey, ConfigKind};
+use crate::reloader_format::hash::ConfigPayload;
 use crate::resources::{spc_pod_status_resource, spc_resource};
 use crate::shard::ListMark;
 use crate::shard::acted::ActedTracker;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
+use crate::config::shard::ServerSharding;
 use crate::model::ConfigKind;
-use crate::shard::ServerSharding;
 use crate::shard::ranges::{HashRange, selector};
 use crate::shard::server_filter::{NAMESPACE_FIELD, with_selector};
 

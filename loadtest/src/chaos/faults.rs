@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::Serialize;
 
-use crate::scenario::Rng;
+use crate::rng::Rng;
 
 /// What is armed now; each until its deadline.
 #[derive(Default)]

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use crate::controller::ControllerProc;
 use crate::launch::{Controllers, SAMPLE_EVERY};
-use crate::log;
+use crate::progress::log;
 
 /// Debian's `faketime` package.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";

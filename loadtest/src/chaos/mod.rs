@@ -13,6 +13,7 @@ mod fleet;
 pub mod impact;
 mod plane;
 pub mod schedule;
+pub mod settings;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,76 +27,15 @@ use serde_json::{Map, Value, json};
 use crate::ctx::Ctx;
 use crate::launch::Controllers;
 use crate::objects::ConfigRef;
-use crate::run::RunEnv;
-use crate::scenario::{Rng, Scale};
-use crate::{Args, log};
+use crate::progress::log;
+use crate::rng::Rng;
+use crate::setup::RunEnv;
 use check::FaultRecord;
 use faults::FaultProxy;
 use fleet::Fleet;
 use plane::Plane;
 use schedule::{Fault, Params, Scheduled};
-
-/// The replicas' Lease timings: short, so a SIGSTOP past the lease is a short fault.
-const LEASE_FLAGS: &str = "--lease-duration=4s --renew-deadline=3s --retry-period=1s";
-const LEASE_S: f64 = 4.0;
-/// The seed of `make chaos` (Makefile `CHAOS_SEED`): its results carry no seed in their name.
-const DEFAULT_SEED: u64 = 25;
-
-/// What a chaos run is, from the command line.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Settings {
-    pub duration_s: f64,
-    pub enable_ha: bool,
-    pub control_plane_faults: bool,
-    pub replicas: usize,
-    pub mean_gap_s: f64,
-    pub recovery_s: f64,
-    pub tail_s: f64,
-    /// `--seed`: with it the run's changes and fault schedule are reproducible.
-    pub seed: Option<u64>,
-}
-
-impl Settings {
-    pub fn new(args: &Args) -> Self {
-        let big = args.scale != Scale::Small;
-        Self {
-            duration_s: args.duration.unwrap_or(1200.0),
-            enable_ha: args.enable_ha,
-            control_plane_faults: args.control_plane_faults,
-            replicas: usize::from(args.replicas).max(3),
-            mean_gap_s: if big { 20.0 } else { 8.0 },
-            // A medium replica lists 20k configs and 10k workloads before it is ready.
-            recovery_s: if big { 45.0 } else { 10.0 },
-            tail_s: if big { 60.0 } else { 15.0 },
-            seed: args.seed,
-        }
-    }
-
-    /// Processes the run may need at once: the scaling goes up by 2.
-    pub fn max_replicas(&self) -> usize {
-        self.replicas + 2
-    }
-
-    pub fn controller_flags(&self) -> String {
-        let mode = if self.enable_ha {
-            "--enable-ha"
-        } else {
-            "--sharding"
-        };
-        format!("{mode} {LEASE_FLAGS}")
-    }
-
-    /// `-<N>r`, `-<N>r-ha`, then `-seed<S>` for a seed other than `make chaos`'s default 25,
-    /// in the result file names (a campaign runs several seeds on one build).
-    pub fn variant(&self) -> String {
-        let ha = if self.enable_ha { "-ha" } else { "" };
-        let seed = match self.seed {
-            Some(s) if s != DEFAULT_SEED => format!("-seed{s}"),
-            _ => String::new(),
-        };
-        format!("-{}r{ha}{seed}", self.replicas)
-    }
-}
+use settings::{LEASE_S, Settings};
 
 /// What the faults act on, shared by the concurrent fault tasks.
 struct Effects<'a, 'c> {

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::scenario::Rng;
+use crate::rng::Rng;
 
 /// One fault and its target.
 #[derive(Debug, Clone, PartialEq, Serialize)]

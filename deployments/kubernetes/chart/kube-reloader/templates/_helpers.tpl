@@ -149,6 +149,12 @@ true
 {{- end -}}
 
 {{/* Configuration errors the schema cannot express. */}}
+{{/* "true" with shadow.enabled: the controller writes nothing, so RBAC grants only reads (and,
+with HA or sharding, the Leases and shard assignment the replicas coordinate with). */}}
+{{- define "kube-reloader.shadow" -}}
+{{- if (.Values.shadow | default dict).enabled }}true{{ end -}}
+{{- end -}}
+
 {{- define "kube-reloader.validate" -}}
 {{- if and .Values.reloader.ignoreSecrets .Values.reloader.ignoreConfigMaps -}}
 {{- fail "reloader.ignoreSecrets and reloader.ignoreConfigMaps cannot both be true: nothing would be watched" -}}
@@ -167,6 +173,9 @@ and patch workloads, create Jobs (CronJob reloads) and re-create Jobs (Job reloa
 Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's Role. */}}
 {{- define "kube-reloader.watchRules" -}}
 {{- $v := .Values.reloader -}}
+{{- if include "kube-reloader.shadow" . }}
+{{- include "kube-reloader.shadowWatchRules" . }}
+{{- else -}}
 - apiGroups: [""]
   resources:
   {{- if not $v.ignoreConfigMaps }}
@@ -219,6 +228,50 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- end }}
+{{- end -}}
+
+{{/* Shadow mode's watch rules: the same objects, read only. Jobs are read for CronJob and Job
+reloads (the incumbent creates them). */}}
+{{- define "kube-reloader.shadowWatchRules" -}}
+{{- $v := .Values.reloader -}}
+- apiGroups: [""]
+  resources:
+  {{- if not $v.ignoreConfigMaps }}
+    - configmaps
+  {{- end }}
+  {{- if not $v.ignoreSecrets }}
+    - secrets
+  {{- end }}
+  verbs: [get, list, watch]
+- apiGroups: [apps]
+  resources: [deployments, daemonsets, statefulsets]
+  verbs: [get, list, watch]
+{{- if not $v.ignoreCronJobs }}
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if or (not $v.ignoreJobs) (not $v.ignoreCronJobs) }}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if $v.isArgoRollouts }}
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if include "kube-reloader.openshift" . }}
+- apiGroups: [apps.openshift.io]
+  resources: [deploymentconfigs]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if $v.enableCSIIntegration }}
+- apiGroups: [secrets-store.csi.x-k8s.io]
+  resources: [secretproviderclasses, secretproviderclasspodstatuses]
+  verbs: [get, list, watch]
+{{- end }}
 {{- end -}}
 
 {{/* What kube-reloader needs in its own namespace: publish the reloader-meta-info ConfigMap
@@ -227,6 +280,7 @@ waves in kube-reloader-halts (get/patch of that name) and, with HA or sharding, 
 Leases (one per replica, plus the leader's stakater-reloader-lock) and the shard assignment
 ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- define "kube-reloader.releaseRules" -}}
+{{- if not (include "kube-reloader.shadow" .) -}}
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [create]
@@ -234,6 +288,7 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
   resources: [configmaps]
   resourceNames: [reloader-meta-info, kube-reloader-halts]
   verbs: [get, patch]
+{{- end }}
 {{- if include "kube-reloader.usesLeases" . }}
 - apiGroups: [""]
   resources: [configmaps]
@@ -276,6 +331,9 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- if $v.reloadOnCreate }}{{ $a = append $a "--reload-on-create=true" }}{{ end -}}
 {{- if $v.reloadOnDelete }}{{ $a = append $a "--reload-on-delete=true" }}{{ end -}}
 {{- if $v.syncAfterRestart }}{{ $a = append $a "--sync-after-restart=true" }}{{ end -}}
+{{- with .Values.shadow }}{{ if .enabled }}
+{{- $a = concat $a (list "--shadow=true" (printf "--shadow-window=%s" (.window | default "60s")) (printf "--shadow-late-after=%s" (.lateAfter | default "10s"))) -}}
+{{- end }}{{ end -}}
 {{- if and $v.reloadStrategy (ne $v.reloadStrategy "default") }}{{ $a = append $a (printf "--reload-strategy=%s" $v.reloadStrategy) }}{{ end -}}
 {{- if $v.autoReloadAll }}{{ $a = append $a "--auto-reload-all=true" }}{{ end -}}
 {{- /* Reloader's leader election timings (#1206), only with enableHA as in its chart; each is an
