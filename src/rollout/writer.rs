@@ -37,7 +37,7 @@ use crate::resources::{api_resource, workload_reference};
 use crate::shard::Ownership;
 
 use crate::shadow::Shadow;
-use crate::shadow::marks::{carries, marks_of};
+use crate::shadow::marks::{carries, marks_of, ours_after_edit};
 
 use super::config_view::ConfigViews;
 use super::events::{EventSink, failed_message, reloaded_message};
@@ -237,6 +237,7 @@ impl KubeWriter {
                 .iter()
                 .find(|c| c.change.config == change.config)
                 .map_or_else(std::time::Instant::now, |c| c.observed_at);
+            let marks = ours_after_edit(marks, change, self.settings.strategy);
             shadow.predicted(key, &change.config, marks, changed_at);
         }
         Ok(WriteOutcome::Predicted)

@@ -10,7 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::AnnotationKeys;
+use crate::config::{AnnotationKeys, ReloadStrategy};
 use crate::model::ConfigKey;
 use crate::reloader_format::naming::reload_env_var;
 use crate::reloader_format::template::{LastReloadedFrom, TemplateChange};
@@ -113,6 +113,26 @@ pub fn carries(marks: &BTreeSet<Mark>, change: &TemplateChange) -> bool {
         Mark::EnvVar { value, .. } => value == hash,
         Mark::Annotation { hash: recorded, .. } => recorded == hash,
     })
+}
+
+/// The marks kube-reloader's own write leaves, from a template read after the edit. The read
+/// may come after the incumbent's write for the same change (it is often faster): a mark of
+/// the other strategy that already carries the change's hash is the incumbent's, not ours, and
+/// counting it would turn a plain strategy difference into a confusing partial one.
+pub fn ours_after_edit(
+    marks: BTreeSet<Mark>,
+    change: &TemplateChange,
+    ours: ReloadStrategy,
+) -> BTreeSet<Mark> {
+    let carries_change = |mark: &Mark| match (mark, change.hash.as_deref()) {
+        (Mark::EnvVar { value, .. }, Some(hash)) => value == hash,
+        (Mark::Annotation { hash: recorded, .. }, Some(hash)) => recorded == hash,
+        (_, None) => false,
+    };
+    marks
+        .into_iter()
+        .filter(|mark| mark.strategy() == ours.as_str() || !carries_change(mark))
+        .collect()
 }
 
 fn string_at(value: &Value, key: &str) -> String {
@@ -227,6 +247,39 @@ mod tests {
             value,
             "predicted but not written: env STAKATER_A_CONFIGMAP=h1 in container app; \
              written but not predicted: env STAKATER_A_CONFIGMAP=h2 in container app"
+        );
+    }
+
+    #[test]
+    fn the_incumbents_mark_for_the_same_change_is_not_counted_as_ours() {
+        let env = |value: &str| Mark::EnvVar {
+            container: "app".into(),
+            name: "STAKATER_APP_CONFIG_CONFIGMAP".into(),
+            value: value.into(),
+        };
+        let annotation = |hash: &str| Mark::Annotation {
+            name: AnnotationKeys::default().last_reloaded_from,
+            hash: hash.into(),
+            containers: vec!["app".into()],
+        };
+        let change = TemplateChange {
+            config: config(),
+            hash: Some("new".into()),
+            counted: Default::default(),
+            explicit: false,
+        };
+        // Read after the incumbent (env-vars) wrote this change: only our annotation is ours.
+        let read: BTreeSet<Mark> = [env("new"), annotation("new")].into();
+        let ours = ours_after_edit(read.clone(), &change, ReloadStrategy::Annotations);
+        assert_eq!(ours, [annotation("new")].into());
+        // Under our own strategy, the same mark is ours whoever wrote it first.
+        let ours = ours_after_edit(read, &change, ReloadStrategy::EnvVars);
+        assert_eq!(ours, [env("new")].into());
+        // An older mark of the other strategy is left in the template by both writes: kept.
+        let stale: BTreeSet<Mark> = [env("old"), annotation("new")].into();
+        assert_eq!(
+            ours_after_edit(stale.clone(), &change, ReloadStrategy::Annotations),
+            stale
         );
     }
 }
