@@ -20,7 +20,7 @@ use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, Workloa
 use crate::shard::Ownership;
 use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
 
-pub mod breaker;
+mod breaker;
 mod intake;
 use crate::shard::acted::ActedTracker;
 pub use breaker::{BreakerNotice, ChurnBreaker};
@@ -614,7 +614,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             debug!(config = %key, policy = ?own, "the config's own wave policy");
         }
         let namespace = self.namespace_waves.get(&*key.namespace);
-        crate::waves::policy::resolve(
+        crate::waves::resolve(
             self.settings.waves.as_ref(),
             namespace.as_deref(),
             own.as_ref(),

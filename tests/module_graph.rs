@@ -797,3 +797,54 @@ fn the_file_reader_places_each_path_in_the_file_that_defines_it() {
     assert!(import_circles(&acyclic).is_empty());
     assert!(layers(&acyclic).is_ok());
 }
+
+/// `pub mod m;` beside `pub use m::X;` gives X two paths (`parent::X` and `parent::m::X`), and
+/// readers meet both (issue 44). A parent re-exports from a private child, or keeps the child
+/// public and re-exports nothing from it.
+fn modules_public_and_re_exported(source: &str) -> Vec<String> {
+    let code = production_code(source);
+    let public: Vec<&str> = code
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .collect();
+    public
+        .into_iter()
+        .filter(|m| {
+            code.lines().any(|l| {
+                let l = l.trim();
+                l.starts_with(&format!("pub use {m}::"))
+                    || l.starts_with(&format!("pub use self::{m}::"))
+            })
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn no_item_has_a_second_path_through_a_public_child_module() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let source = std::fs::read_to_string(f).expect("reading a file of src/");
+            modules_public_and_re_exported(&source)
+                .into_iter()
+                .map(move |m| format!("{}: pub mod {m} and pub use {m}::", f.display()))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "public modules whose items the parent also re-exports:\n{}",
+        found.join("\n")
+    );
+    assert_eq!(
+        modules_public_and_re_exported("pub mod a;\nmod b;\npub use a::X;\npub use b::Y;\n"),
+        vec!["a".to_string()],
+        "the reader finds a public child that is re-exported"
+    );
+}

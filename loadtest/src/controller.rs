@@ -55,9 +55,10 @@ fn read_stat(pid: u32) -> Option<(u32, u64, u64)> {
     Some((n(1)? as u32, n(11)? + n(12)?, n(13)? + n(14)?))
 }
 
-/// CPU-seconds the local control plane's kube-apiserver has used so far (its pid file sits
-/// next to the kubeconfig in `hack/cluster.sh`'s state dir; `None` for another cluster).
-pub fn apiserver_cpu_s(kubeconfig: &std::path::Path) -> Option<f64> {
+/// The local control plane's kube-apiserver: its pid and the CPU-seconds it has used so far
+/// (its pid file sits next to the kubeconfig in `hack/cluster.sh`'s state dir; `None` for
+/// another cluster).
+pub fn apiserver_cpu_s(kubeconfig: &std::path::Path) -> Option<(u32, f64)> {
     let pid_file = kubeconfig.parent()?.join("pids/kube-apiserver.pid");
     let pid: u32 = std::fs::read_to_string(pid_file)
         .ok()?
@@ -65,7 +66,7 @@ pub fn apiserver_cpu_s(kubeconfig: &std::path::Path) -> Option<f64> {
         .parse()
         .ok()?;
     let (_, ticks, _) = read_stat(pid)?;
-    Some(ticks as f64 / clk_tck())
+    Some((pid, ticks as f64 / clk_tck()))
 }
 
 fn read_status_kib(pid: u32, field: &str) -> Option<u64> {

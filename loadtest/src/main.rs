@@ -5,6 +5,7 @@
 //! happened once, nothing else did). See loadtest/README.md.
 
 mod apimetrics;
+mod apiserver_cpu;
 mod args;
 mod audit;
 mod chaos;

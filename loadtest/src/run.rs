@@ -12,6 +12,7 @@ use anyhow::{Result, bail};
 use kube::Client;
 use serde_json::{Value, json};
 
+use crate::apiserver_cpu::ApiserverCpuMeter;
 use crate::args::Args;
 use crate::ctx::Ctx;
 use crate::launch::Controllers;
@@ -62,11 +63,9 @@ pub async fn run_one(
     let (n_objects, setup_s) =
         setup::create(args, client, &populated.pop, &env.plan, &env.run_id, &own).await?;
 
-    let apiserver_before = crate::controller::apiserver_cpu_s(kubeconfig);
+    let apiserver_cpu = ApiserverCpuMeter::start(kubeconfig);
     let result = measure(&env, populated, own, &mut rng).await;
-    let apiserver_cpu_s = apiserver_before
-        .zip(crate::controller::apiserver_cpu_s(kubeconfig))
-        .map(|(before, after)| report::round(after - before));
+    let apiserver_cpu_s = apiserver_cpu.finish().map(report::round);
     if matches!(scenario, Scenario::Poisoned | Scenario::Chaos) {
         // Normally removed by the run; a failed run must not leave it refusing writes.
         tenancy::unpoison(client, &env.run_id).await;

@@ -21,9 +21,9 @@ use crate::index::{
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
 use crate::policy::PolicyProblem;
 use crate::resources::workload_reference;
+use crate::rollout::Tenants;
 use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
-use crate::rollout::tenants::Tenants;
 use crate::rollout::{QueueObserver, WorkloadWriter};
 use crate::shadow::Shadow;
 use crate::shadow::observe::writes_seen;

@@ -382,7 +382,7 @@ pub async fn cluster(
 /// The halts the controller keeps (in the namespace of `--from-deployment`, or the given
 /// POD_NAMESPACE) that still hold: the config has the value that halted. Unreadable: none.
 async fn add_halts(client: &Client, settings: &Settings, facts: &mut ClusterFacts) {
-    use crate::waves::record::{HALTS_CONFIGMAP, records_from};
+    use crate::waves::{HALTS_CONFIGMAP, records_from};
     let Some(namespace) = &settings.halts_namespace else {
         return;
     };

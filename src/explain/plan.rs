@@ -64,7 +64,7 @@ pub async fn plan(
     let own = config_policy(client, kind, name, namespace).await?;
     let of_namespace = namespace_policy(namespace, &meta)?;
     let policy =
-        crate::waves::policy::resolve(settings.waves.as_ref(), of_namespace.as_ref(), own.as_ref());
+        crate::waves::resolve(settings.waves.as_ref(), of_namespace.as_ref(), own.as_ref());
     Ok(assemble(kind, name, namespace, workloads, policy))
 }
 

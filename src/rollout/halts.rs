@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::model::ConfigKey;
-use crate::waves::record::{HALTS_CONFIGMAP, HaltRecord, data_key, records_from};
+use crate::waves::{HALTS_CONFIGMAP, HaltRecord, data_key, records_from};
 
 enum Write {
     Save(HaltRecord),

@@ -5,13 +5,13 @@
 pub mod config_view;
 pub mod events;
 pub mod halts;
-pub mod limiter;
+mod limiter;
 pub mod pause;
-pub mod queue;
-pub mod scheduler;
-pub mod tenants;
+mod queue;
+mod scheduler;
+mod tenants;
 pub mod waves;
-pub mod writer;
+mod writer;
 
 pub use self::writer::KubeWriter;
 pub use limiter::{TurnPriority, WriteLimiter, write_limiter};

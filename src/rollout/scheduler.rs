@@ -464,6 +464,7 @@ impl<C: Coalesce> Scheduler<C> {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -7,17 +7,17 @@
 pub mod acted;
 mod assignment;
 pub mod coordinator;
-pub mod handover;
+mod handover;
 pub mod leader_lock;
 mod lease;
 mod liveness;
 pub mod ranges;
 pub mod ring;
-pub mod server_filter;
+mod server_filter;
 
 pub use assignment::{Assignment, Scheme};
 pub use handover::{SETTLE_WINDOW, ShardView};
-pub use server_filter::SelectorFeed;
+pub use server_filter::{NAMESPACE_FIELD, SelectorFeed, with_selector};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

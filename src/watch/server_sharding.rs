@@ -13,7 +13,7 @@ use crate::config::NamespaceScope;
 use crate::config::shard::ServerSharding;
 use crate::model::ConfigKind;
 use crate::shard::ranges::{HashRange, selector};
-use crate::shard::server_filter::{NAMESPACE_FIELD, with_selector};
+use crate::shard::{NAMESPACE_FIELD, with_selector};
 
 use super::WatchContext;
 

@@ -5,14 +5,14 @@
 //! the plan, the health reading and the state machine here are pure; the runner that does the
 //! I/O is part of the write path (`rollout/waves.rs`).
 
-pub mod health;
-pub mod plan;
-pub mod policy;
-pub mod record;
-pub mod sequence;
+mod health;
+mod plan;
+mod policy;
+mod record;
+mod sequence;
 
 pub use health::{Health, assess};
 pub use plan::{CANARY_LABEL, Candidate, plan_waves};
-pub use policy::{PolicyText, RESUME_ANNOTATION, WAVES_ANNOTATION, WavePolicy};
-pub use record::{HALTS_CONFIGMAP, HaltRecord};
+pub use policy::{PolicyText, RESUME_ANNOTATION, WAVES_ANNOTATION, WavePolicy, resolve};
+pub use record::{HALTS_CONFIGMAP, HaltRecord, data_key, records_from};
 pub use sequence::{Halt, Sequence, Step};
