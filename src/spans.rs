@@ -10,7 +10,12 @@ use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
 
 /// The current span's trace id (hex), when the span is being traced.
 pub fn current_trace_id() -> Option<String> {
-    let context = tracing::Span::current().context();
+    trace_id_of(&tracing::Span::current())
+}
+
+/// `span`'s trace id (hex), when it is being traced.
+pub fn trace_id_of(span: &Span) -> Option<String> {
+    let context = span.context();
     let span = context.span();
     let span_context = span.span_context();
     span_context

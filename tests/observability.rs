@@ -489,6 +489,10 @@ async fn every_dashboard_query_and_alert_rule_evaluates_in_a_real_prometheus() {
     let mut evaluated = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         let title = panel["title"].as_str().unwrap();
+        if panel["datasource"]["type"] != "prometheus" {
+            // The traces panel: checked against Jaeger in every_config_change_is_one_trace_in_jaeger.
+            continue;
+        }
         let Some(per_target) = expected.remove(title) else {
             failures.push(format!(
                 "panel {title:?}: no expectation in this test; add one"
@@ -603,6 +607,7 @@ async fn every_config_change_is_one_trace_in_jaeger() {
         ],
     )
     .await;
+    let prometheus = Prometheus::start(&[controller.metrics_port]).await;
     scenario.run_round(1, &controller).await;
     let ns = scenario.ns.name.as_str();
 
@@ -694,6 +699,8 @@ async fn every_config_change_is_one_trace_in_jaeger() {
     let found = jaeger.trace(trace_id).await;
     assert_eq!(found.len(), 1, "Jaeger finds trace {trace_id} by its id");
     assert_eq!(found[0]["traceID"], trace_id);
+    exemplars_lead_to_traces(&prometheus, &jaeger).await;
+    slow_reloads_panel_finds_reload_traces(&jaeger, trace_id).await;
 
     // denied: the write and the reload are error spans, typed permanent.
     let denied = one_trace(&traces, &by_config["denied-config"]);
@@ -745,6 +752,82 @@ async fn every_config_change_is_one_trace_in_jaeger() {
     assert_eq!(tag(carrier, "coalesced_with").as_deref(), Some("1"));
     assert_ne!(carrier["traceID"], riders[0]["traceID"]);
     assert_eq!(writes_of(&traces, "pair").len(), 2);
+}
+
+/// The reload latency histogram carries exemplars whose trace ids Jaeger finds: a slow bucket
+/// on the dashboard leads to the trace of a reload that fell in it.
+async fn exemplars_lead_to_traces(prometheus: &Prometheus, jaeger: &Jaeger) {
+    prometheus.wait_scrapes(2).await;
+    let ids = prometheus
+        .exemplar_trace_ids("kube_reloader_reload_latency_seconds_bucket")
+        .await
+        .unwrap_or_else(|e| panic!("query_exemplars: {e}\n{}", prometheus.log()));
+    assert!(
+        !ids.is_empty(),
+        "no exemplar on kube_reloader_reload_latency_seconds; Prometheus log:\n{}",
+        prometheus.log()
+    );
+    for id in ids.iter().collect::<BTreeSet<_>>() {
+        let found = jaeger.trace(id).await;
+        assert_eq!(
+            found.len(),
+            1,
+            "exemplar trace id {id}: Jaeger has no such trace"
+        );
+        let names: BTreeSet<&str> = found[0]["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["operationName"].as_str())
+            .collect();
+        assert!(
+            names.contains("write"),
+            "exemplar trace {id} has no write span: {names:?}"
+        );
+    }
+}
+
+/// The dashboard's "Slow reloads (traces)" panel asks Jaeger what `jaeger.search` asks here (the
+/// panel's service, operation and limit; its `$slow` threshold set to 1 µs so that this test's
+/// fast reloads count as slow): the search answers with the reload traces, `web`'s among them.
+async fn slow_reloads_panel_finds_reload_traces(jaeger: &Jaeger, web_trace: &str) {
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path(
+            "deployments/grafana/kube-reloader-dashboard.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let panels: Vec<&Value> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["datasource"]["type"] == "jaeger")
+        .collect();
+    assert_eq!(panels.len(), 1, "one traces panel");
+    assert_eq!(panels[0]["datasource"]["uid"], "${traces}");
+    let target = &panels[0]["targets"][0];
+    assert_eq!(target["queryType"], "search");
+    assert_eq!(target["minDuration"], "$slow");
+    let query = [
+        ("service", target["service"].as_str().unwrap().to_string()),
+        (
+            "operation",
+            target["operation"].as_str().unwrap().to_string(),
+        ),
+        ("minDuration", "1us".to_string()),
+        ("limit", target["limit"].to_string()),
+    ];
+    let found = jaeger.search(&query).await;
+    let ids: BTreeSet<&str> = found.iter().filter_map(|t| t["traceID"].as_str()).collect();
+    assert!(
+        ids.contains(web_trace),
+        "the traces panel's search misses web's reload {web_trace}: {ids:?}"
+    );
+    // A threshold no reload here reaches finds nothing: the panel filters on the duration.
+    let mut slow = query.clone();
+    slow[2].1 = "10m".to_string();
+    assert!(jaeger.search(&slow).await.is_empty());
 }
 
 fn span_named<'a>(trace: &'a Value, name: &str) -> &'a Value {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -52,6 +53,13 @@ struct KindLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: String,
+}
+
+/// A reload latency sample's exemplar: the trace of the config change it measures, so a
+/// dashboard goes from a slow bucket to the trace that shows where the time went.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TraceLabel {
+    trace_id: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -119,7 +127,7 @@ pub struct Metrics {
     queue_wait: Histogram,
     queue_tenants: Gauge,
     queue_in_backoff: Gauge,
-    reload_latency: Histogram,
+    reload_latency: HistogramWithExemplars<TraceLabel>,
     watch_restarts: Family<ResourceLabel, Counter>,
     backfill_list_failures: Family<ResourceLabel, Counter>,
     catch_ups: Family<ResultLabel, Counter>,
@@ -181,7 +189,7 @@ impl Metrics {
             queue_wait: Histogram::new(latency_buckets()),
             queue_tenants: Gauge::default(),
             queue_in_backoff: Gauge::default(),
-            reload_latency: Histogram::new(latency_buckets()),
+            reload_latency: HistogramWithExemplars::new(latency_buckets()),
             watch_restarts: Family::default(),
             backfill_list_failures: Family::default(),
             catch_ups: Family::default(),
@@ -576,9 +584,11 @@ impl QueueObserver for Arc<Metrics> {
         match result {
             Ok(WriteOutcome::Reloaded) => {
                 self.record_reload(key, true);
-                if let Some(first) = changes.iter().map(|c| c.observed_at).min() {
-                    let secs = first.elapsed().as_secs_f64();
-                    self.reload_latency.observe(secs);
+                if let Some(first) = changes.iter().min_by_key(|c| c.observed_at) {
+                    let secs = first.observed_at.elapsed().as_secs_f64();
+                    let trace = crate::spans::trace_id_of(&first.span)
+                        .map(|trace_id| TraceLabel { trace_id });
+                    self.reload_latency.observe(secs, trace, None);
                     self.action_latency
                         .get_or_create(&WorkloadKindLabel {
                             workload_kind: kind,

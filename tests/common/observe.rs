@@ -142,6 +142,9 @@ impl Prometheus {
         let args = [
             "--config.file=prometheus.yml".to_string(),
             "--storage.tsdb.path=data".to_string(),
+            // Exemplars (the trace id on reload latency samples) are kept only with this on;
+            // it also makes Prometheus ask for the OpenMetrics text that carries them.
+            "--enable-feature=exemplar-storage".to_string(),
             format!("--web.listen-address=127.0.0.1:{port}"),
         ];
         let mut tool = Tool::spawn("prometheus", dir, &args, &[]);
@@ -181,6 +184,35 @@ impl Prometheus {
             }]),
             other => Err(format!("unexpected result type {other:?}: {body}")),
         }
+    }
+
+    /// The trace ids of the exemplars Prometheus keeps for the series `selector` selects,
+    /// over the last hour.
+    pub async fn exemplar_trace_ids(&self, selector: &str) -> Result<Vec<String>, String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let url = format!(
+            "{}/api/v1/query_exemplars?query={}&start={}&end={}",
+            self.url(),
+            encode(selector),
+            now - 3600,
+            now + 60
+        );
+        let (code, body) = http_get(&url).await.map_err(|e| e.to_string())?;
+        let reply: Value = serde_json::from_str(&body)
+            .map_err(|e| format!("HTTP {code}, not JSON ({e}): {body}"))?;
+        if reply["status"] != "success" {
+            return Err(format!("{}: {}", reply["errorType"], reply["error"]));
+        }
+        Ok(reply["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|series| series["exemplars"].as_array().cloned().unwrap_or_default())
+            .filter_map(|e| e["labels"]["trace_id"].as_str().map(String::from))
+            .collect())
     }
 
     /// Waits until every target has been scraped successfully at least `scrapes` times more
@@ -270,6 +302,20 @@ impl Jaeger {
             "http://127.0.0.1:{}/api/traces?service={}&limit=1000&lookback=1h",
             self.query_port,
             encode(service)
+        );
+        self.get_data(&url).await
+    }
+
+    /// Jaeger's trace search (what Grafana's Jaeger data source sends for a search query).
+    pub async fn search(&self, query: &[(&str, String)]) -> Vec<Value> {
+        let params: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        let url = format!(
+            "http://127.0.0.1:{}/api/traces?{}",
+            self.query_port,
+            params.join("&")
         );
         self.get_data(&url).await
     }
