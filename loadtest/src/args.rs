@@ -157,6 +157,14 @@ pub struct Args {
     /// the shared one.
     #[arg(long)]
     pub control_plane_faults: bool,
+
+    /// chaos: the control run. The seed's population, changes and fault schedule as in the
+    /// chaos run, but no fault is carried out: each is recorded over its planned window, so
+    /// that the "untouched namespaces" figures are taken over the same windows with nothing
+    /// wrong (result files `chaos-<scale>-<N>r-control`). What is left of the tail then is
+    /// the machine's load, not the faults'.
+    #[arg(long)]
+    pub chaos_control: bool,
 }
 
 /// A positive duration (`2s`, `1m30s`, `500ms`; jiff's friendly format, which reads Go's) in

@@ -10,6 +10,11 @@
 //! Per run, a kind's figures are pooled over its faults by the run itself (`impact_by_kind`);
 //! across runs the table gives the median of the runs' p50 and the worst of their p99, and the
 //! reloads they count.
+//!
+//! Control runs (`--chaos-control`: the same seeds with no fault carried out, each recorded
+//! over its planned window) given among the files are set beside the fault runs: overall
+//! p50/p90/p99, and per kind the untouched namespaces' p50/p99 over the same windows, with
+//! issue 43's goal (untouched p99 <= max(1 s, 2 x the control's)).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,9 +42,12 @@ struct Run {
     unexpected: u64,
     reloads: u64,
     p50_ms: Option<f64>,
+    p90_ms: Option<f64>,
     p99_ms: Option<f64>,
     faults: u64,
     faults_failed: u64,
+    /// A `--chaos-control` run: nothing was carried out.
+    control: bool,
 }
 
 impl Run {
@@ -75,9 +83,11 @@ fn run_of(name: &str, report: &Value) -> Run {
         unexpected: count(&correctness["unexpected"]),
         reloads: count(&correctness["reloaded"]),
         p50_ms: report["latency_ms"]["p50_ms"].as_f64(),
+        p90_ms: report["latency_ms"]["p90_ms"].as_f64(),
         p99_ms: report["latency_ms"]["p99_ms"].as_f64(),
         faults: chaos["fault_log"].as_array().map_or(0, |a| a.len() as u64),
         faults_failed: failed,
+        control: chaos["settings"]["control"].as_bool().unwrap_or(false),
     }
 }
 
@@ -103,21 +113,80 @@ fn kinds_of(report: &Value) -> BTreeMap<String, KindImpact> {
 /// A kind across the runs: faults and reloads summed, the median of the p50s, the worst p99
 /// and takeover.
 fn across(runs: &[&KindImpact]) -> KindImpact {
-    let mut p50s: Vec<f64> = runs.iter().filter_map(|k| k.p50_ms).collect();
-    p50s.sort_by(f64::total_cmp);
-    let worst =
-        |f: fn(&KindImpact) -> Option<f64>| runs.iter().filter_map(|k| f(k)).reduce(f64::max);
     KindImpact {
         faults: runs.iter().map(|k| k.faults).sum(),
-        takeover_max_s: worst(|k| k.takeover_max_s),
-        p50_ms: (!p50s.is_empty()).then(|| p50s[p50s.len() / 2]),
-        p99_ms: worst(|k| k.p99_ms),
+        takeover_max_s: worst(runs.iter().map(|k| k.takeover_max_s)),
+        p50_ms: median(runs.iter().map(|k| k.p50_ms)),
+        p99_ms: worst(runs.iter().map(|k| k.p99_ms)),
         reloads: runs.iter().map(|k| k.reloads).sum(),
     }
 }
 
 fn ms(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.0} ms"))
+}
+
+/// The median of the runs' values.
+fn median(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let mut v: Vec<f64> = values.flatten().collect();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
+/// The worst of the runs' values.
+fn worst(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    values.flatten().reduce(f64::max)
+}
+
+/// Issue 43's goal for a kind: untouched p99 <= max(1 s, 2 x the control's p99).
+fn within_goal(fault_p99: Option<f64>, control_p99: Option<f64>) -> &'static str {
+    match (fault_p99, control_p99) {
+        (Some(f), Some(c)) if f <= (2.0 * c).max(1000.0) => "yes",
+        (Some(_), Some(_)) => "no",
+        _ => "-",
+    }
+}
+
+/// The fault runs beside the control runs: overall, then per kind.
+fn against_control(
+    runs: &[Run],
+    kinds: &[BTreeMap<String, KindImpact>],
+    controls: &[Run],
+    control_kinds: &[BTreeMap<String, KindImpact>],
+) -> String {
+    let mut out = format!(
+        "\nAgainst the control runs ({} fault runs, {} control runs; median of the runs' p50 and p90, worst p99):\n\n",
+        runs.len(),
+        controls.len()
+    );
+    out += "| runs | p50 | p90 | p99 |\n|---|---|---|---|\n";
+    for (label, set) in [("with faults", runs), ("control", controls)] {
+        out += &format!(
+            "| {label} | {} | {} | {} |\n",
+            ms(median(set.iter().map(|r| r.p50_ms))),
+            ms(median(set.iter().map(|r| r.p90_ms))),
+            ms(worst(set.iter().map(|r| r.p99_ms)))
+        );
+    }
+    out += "\nPer fault kind, the untouched namespaces over the same windows:\n\n";
+    out += "| fault | p50 | p99 | control p50 | control p99 | p99 <= max(1 s, 2 x control) |\n";
+    out += "|---|---|---|---|---|---|\n";
+    let names: std::collections::BTreeSet<&String> = kinds.iter().flat_map(|k| k.keys()).collect();
+    for name in names {
+        let of = |set: &[BTreeMap<String, KindImpact>]| {
+            across(&set.iter().filter_map(|k| k.get(name)).collect::<Vec<_>>())
+        };
+        let (f, c) = (of(kinds), of(control_kinds));
+        out += &format!(
+            "| {name} | {} | {} | {} | {} | {} |\n",
+            ms(f.p50_ms),
+            ms(f.p99_ms),
+            ms(c.p50_ms),
+            ms(c.p99_ms),
+            within_goal(f.p99_ms, c.p99_ms)
+        );
+    }
+    out
 }
 
 fn markdown(runs: &[Run], kinds: &[BTreeMap<String, KindImpact>]) -> String {
@@ -174,13 +243,29 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let mut runs = Vec::new();
     let mut kinds = Vec::new();
+    let (mut controls, mut control_kinds) = (Vec::new(), Vec::new());
     for path in &args.results {
         let report = read(path)?;
         let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
-        runs.push(run_of(name, &report));
-        kinds.push(kinds_of(&report));
+        let run = run_of(name, &report);
+        match run.control {
+            true => {
+                controls.push(run);
+                control_kinds.push(kinds_of(&report));
+            }
+            false => {
+                runs.push(run);
+                kinds.push(kinds_of(&report));
+            }
+        }
     }
     print!("{}", markdown(&runs, &kinds));
+    if !controls.is_empty() {
+        print!(
+            "{}",
+            against_control(&runs, &kinds, &controls, &control_kinds)
+        );
+    }
     Ok(())
 }
 
@@ -221,6 +306,44 @@ mod tests {
         assert_eq!(k.p99_ms, Some(2000.0));
         assert_eq!(k.takeover_max_s, Some(0.2));
         assert_eq!(k.p50_ms, Some(100.0));
+    }
+
+    fn control(p99: f64) -> Value {
+        let mut r = report(0, p99, None);
+        r["notes"]["chaos"]["settings"] = json!({"control": true});
+        r["latency_ms"] = json!({"p50_ms": 50.0, "p90_ms": 80.0, "p99_ms": 300.0});
+        r
+    }
+
+    #[test]
+    fn control_runs_are_set_beside_the_fault_runs_with_the_goal() {
+        let c = control(400.0);
+        assert!(run_of("c", &c).control);
+        assert!(!run_of("a", &report(0, 1.0, None)).control);
+        let mut faulty = report(0, 900.0, None);
+        faulty["latency_ms"]["p90_ms"] = json!(700.0);
+        let text = against_control(
+            &[run_of("a", &faulty)],
+            &[kinds_of(&faulty)],
+            &[run_of("c", &c)],
+            &[kinds_of(&c)],
+        );
+        assert!(
+            text.contains("| with faults | 300 ms | 700 ms | 900 ms |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| control | 50 ms | 80 ms | 300 ms |"),
+            "{text}"
+        );
+        // 900 ms is within max(1 s, 2 x 400 ms).
+        assert!(
+            text.contains("| kill | 100 ms | 900 ms | 100 ms | 400 ms | yes |"),
+            "{text}"
+        );
+        assert_eq!(within_goal(Some(2500.0), Some(1200.0)), "no");
+        assert_eq!(within_goal(Some(2400.0), Some(1200.0)), "yes");
+        assert_eq!(within_goal(Some(900.0), None), "-");
     }
 
     #[test]

@@ -53,6 +53,8 @@ struct Effects<'a, 'c> {
     lanes: [tokio::sync::Mutex<()>; 3],
     /// No fault starts after this (run clock): what a late lane pushed past it is skipped.
     last_start_s: f64,
+    /// `--chaos-control`: faults are recorded over their planned windows, not carried out.
+    control: bool,
 }
 
 /// Drives the chaos run; returns whether every expected reload was seen, and the problems that
@@ -92,6 +94,7 @@ pub async fn drive(
         failures: Mutex::default(),
         lanes: Default::default(),
         last_start_s: ctx.now() + s.duration_s - s.tail_s,
+        control: s.control,
     };
     let done = AtomicBool::new(false);
     let t0 = ctx.now();
@@ -241,6 +244,9 @@ impl Effects<'_, '_> {
 async fn carry_out(f: &Scheduled, t0: f64, fx: &Effects<'_, '_>) {
     let wait = (t0 + f.at_s - fx.ctx.now()).max(0.0);
     tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+    if fx.control {
+        return record_planned(f, fx).await;
+    }
     let lane = match &f.fault {
         x if x.disrupts_replicas() => Some(&fx.lanes[0]),
         x if x.control_plane() => Some(&fx.lanes[1]),
@@ -273,6 +279,24 @@ async fn carry_out(f: &Scheduled, t0: f64, fx: &Effects<'_, '_>) {
             fx.failures.lock().unwrap().push(why);
         }
     }
+}
+
+/// The control run's stand-in for a fault: its kind and target over its planned window, with
+/// nothing done (a fault of no duration gets the recovery window the impact adds anyway).
+async fn record_planned(f: &Scheduled, fx: &Effects<'_, '_>) {
+    let start = fx.ctx.now();
+    tokio::time::sleep(Duration::from_secs_f64(f.fault.lasts_s())).await;
+    let detail = format!(
+        "control: not carried out ({:.1}s planned)",
+        f.fault.lasts_s()
+    );
+    fx.record(
+        f.fault.kind(),
+        &target(&f.fault, fx.ctx),
+        start,
+        fx.ctx.now(),
+        detail,
+    );
 }
 
 fn target(f: &Fault, ctx: &Ctx) -> String {

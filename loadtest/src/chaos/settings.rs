@@ -16,6 +16,8 @@ pub struct Settings {
     pub duration_s: f64,
     pub enable_ha: bool,
     pub control_plane_faults: bool,
+    /// `--chaos-control`: the schedule is recorded, not carried out.
+    pub control: bool,
     pub replicas: usize,
     pub mean_gap_s: f64,
     pub recovery_s: f64,
@@ -31,6 +33,7 @@ impl Settings {
             duration_s: args.duration.unwrap_or(1200.0),
             enable_ha: args.enable_ha,
             control_plane_faults: args.control_plane_faults,
+            control: args.chaos_control,
             replicas: usize::from(args.replicas).max(3),
             mean_gap_s: if big { 20.0 } else { 8.0 },
             // A medium replica lists 20k configs and 10k workloads before it is ready.
@@ -58,10 +61,11 @@ impl Settings {
     /// in the result file names (a campaign runs several seeds on one build).
     pub fn variant(&self) -> String {
         let ha = if self.enable_ha { "-ha" } else { "" };
+        let control = if self.control { "-control" } else { "" };
         let seed = match self.seed {
             Some(s) if s != DEFAULT_SEED => format!("-seed{s}"),
             _ => String::new(),
         };
-        format!("-{}r{ha}{seed}", self.replicas)
+        format!("-{}r{ha}{control}{seed}", self.replicas)
     }
 }
