@@ -333,7 +333,7 @@ fn build_pipeline(
         0 => DigestPool::for_available_parallelism(),
         n => DigestPool::new(n),
     };
-    let intake = crate::engine::Intake::new(engine.clone(), events, pauses);
+    let intake = crate::engine::intake::Intake::new(engine.clone(), events, pauses);
     let intake = Arc::new(match shadow {
         Some(shadow) => intake.with_shadow(shadow),
         None => intake,

@@ -1,7 +1,7 @@
 //! The engine turns index events into queued writes: a config changed -> its candidate workloads
 //! -> the decision -> the queue. It also finds, after a (re)sync, workloads whose recorded hash no
 //! longer matches their config, so no change is lost while the controller was down. What the
-//! watches decode reaches it through [`Intake`], the only writer of controller state.
+//! watches decode reaches it through [`intake::Intake`], the only writer of controller state.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,10 +21,9 @@ use crate::shard::Ownership;
 use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
 
 mod breaker;
-mod intake;
+pub mod intake;
 use crate::shard::acted::ActedTracker;
 pub use breaker::{BreakerNotice, ChurnBreaker};
-pub use intake::{Intake, KEEP_LEFT_CONFIGS, SecretNotice};
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).
 pub trait ConfigObserver: Send + Sync + 'static {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{AlertError, HttpPoster};
+use super::poster::{AlertError, HttpPoster};
 use crate::model::{ConfigKey, WorkloadKey};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

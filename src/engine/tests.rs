@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde_json::json;
 
+use super::intake::Intake;
 use super::*;
 use crate::config::Flags;
 use crate::index::workload_entry;

@@ -5,7 +5,7 @@
 //! - The writer ([`crate::rollout::writer`]) reads the workload and edits its template in memory
 //!   as for a real write, then hands the marks it would have left ([`marks`]) to [`Shadow`]
 //!   instead of patching.
-//! - The intake ([`crate::engine::Intake`]) sees the incumbent's writes on the workload watch: a
+//! - The intake ([`crate::engine::intake::Intake`]) sees the incumbent's writes on the workload watch: a
 //!   workload whose recorded reload hash changed, or a Job created for a reload ([`observe`]).
 //! - The [`judge`] pairs both halves and gives the verdicts; [`report`] is what
 //!   `/debug/shadow` and `kube-reloader shadow report` show.

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, warn};
 
-use crate::engine::SecretNotice;
+use crate::engine::intake::SecretNotice;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
 use crate::resources::api_resource;
 use crate::resources::workload_reference;

@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 use crate::config::{NamespaceScope, Settings};
 use crate::digest::DigestPool;
-use crate::engine::Intake;
+use crate::engine::intake::Intake;
 use crate::index::ReverseIndex;
 use crate::shard::Ownership;
 
