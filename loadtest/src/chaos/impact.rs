@@ -7,6 +7,12 @@
 //! controller's own ownership function: a replica fault touches what its target wrote in around
 //! the fault, a webhook its namespace; API server restarts, compactions and scaling touch every
 //! namespace and have no untouched figure.
+//!
+//! A reload counts as untouched by a fault only if no fault in effect when its change was made
+//! (within the recovery margin) touched its namespace: faults overlap (a stop of one replica
+//! during write errors on another), and a namespace the other fault held up says nothing of
+//! this one's reach. A change made while a fault that touches everything was in effect counts
+//! for none.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -59,7 +65,7 @@ pub fn impacts(
     let reloads = reload_latencies(changes, observations);
     log.iter()
         .map(|f| {
-            let during = untouched_latencies(f, &reloads, writes, margin_s);
+            let during = untouched_latencies(f, log, &reloads, writes, margin_s);
             FaultImpact {
                 kind: f.kind.clone(),
                 target: f.target.clone(),
@@ -87,7 +93,7 @@ pub fn by_kind(
     for f in log {
         let entry = pooled.entry(f.kind.clone()).or_default();
         entry.0 += 1;
-        if let Some(latencies) = untouched_latencies(f, &reloads, writes, margin_s) {
+        if let Some(latencies) = untouched_latencies(f, log, &reloads, writes, margin_s) {
             entry.1.extend(latencies);
         }
         if let Some(s) = takeover(f, writes) {
@@ -148,15 +154,29 @@ fn reload_latencies<'a>(changes: &'a [Change], observations: &[Observation]) -> 
 /// it touched them all).
 fn untouched_latencies(
     f: &FaultRecord,
+    log: &[FaultRecord],
     reloads: &[Reload<'_>],
     writes: &ReplicaWrites,
     margin_s: f64,
 ) -> Option<Vec<f64>> {
-    let touched = touched(f, writes, margin_s)?;
+    touched(f, writes, margin_s)?;
+    // Every fault in effect at some time of `f`, with what it touched (None: everything).
+    let around: Vec<(&FaultRecord, Option<HashSet<String>>)> = log
+        .iter()
+        .filter(|g| g.start_s - margin_s <= f.end_s && g.end_s + margin_s >= f.start_s)
+        .map(|g| (g, touched(g, writes, margin_s)))
+        .collect();
+    let touched_at = |t: f64, namespace: &str| {
+        around.iter().any(|(g, set)| {
+            t >= g.start_s - margin_s
+                && t <= g.end_s + margin_s
+                && set.as_ref().is_none_or(|s| s.contains(namespace))
+        })
+    };
     let during = reloads
         .iter()
         .filter(|r| r.t_sent >= f.start_s && r.t_sent <= f.end_s)
-        .filter(|r| !touched.contains(r.namespace));
+        .filter(|r| !touched_at(r.t_sent, r.namespace));
     Some(during.map(|r| r.latency_ms).collect())
 }
 

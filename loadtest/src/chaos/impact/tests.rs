@@ -66,17 +66,57 @@ fn a_replica_back_before_anyone_else_wrote_in_its_namespaces_was_not_taken_over(
 #[test]
 fn a_webhook_touches_its_namespace_and_control_plane_faults_touch_every_one() {
     let (changes, observations) = history();
-    let log = [
-        fault("webhook", "a", 9.0, 13.0),
-        fault("api-restart", "control-plane", 9.0, 13.0),
-    ];
-    let [webhook, restart] = impacts(&log, &changes, &observations, &writes(), 2.0)
+    let webhook_only = [fault("webhook", "a", 9.0, 13.0)];
+    let [webhook] = impacts(&webhook_only, &changes, &observations, &writes(), 2.0)
         .try_into()
         .unwrap();
     assert_eq!(webhook.untouched_reloads, Some(2));
     assert_eq!(webhook.takeover_s, None, "no replica was taken away");
+    let restart_only = [fault("api-restart", "control-plane", 9.0, 13.0)];
+    let [restart] = impacts(&restart_only, &changes, &observations, &writes(), 2.0)
+        .try_into()
+        .unwrap();
     assert_eq!(restart.untouched_reloads, None);
     assert_eq!(restart.untouched_p99_ms, None);
+}
+
+#[test]
+fn a_namespace_another_fault_touched_at_the_time_is_not_untouched() {
+    let (changes, observations) = history();
+    // The webhook on `a` alone leaves `b`'s two reloads untouched; with r1 (which wrote in `b`
+    // within the margin of its stop) stopped at the same time, `b` was held up by the stop and
+    // counts for neither.
+    let log = [
+        fault("webhook", "a", 9.0, 13.0),
+        fault("stop", "r1", 11.0, 13.0),
+    ];
+    let [webhook, stop] = impacts(&log, &changes, &observations, &writes(), 2.0)
+        .try_into()
+        .unwrap();
+    assert_eq!(webhook.untouched_reloads, Some(0));
+    assert_eq!(
+        stop.untouched_reloads,
+        Some(0),
+        "`a` is the webhook's, `b` the stop's"
+    );
+    // A fault that touches every namespace, in effect at the time, leaves nothing untouched.
+    let log = [
+        fault("webhook", "a", 9.0, 13.0),
+        fault("api-restart", "control-plane", 9.0, 13.0),
+    ];
+    let [webhook, _] = impacts(&log, &changes, &observations, &writes(), 2.0)
+        .try_into()
+        .unwrap();
+    assert_eq!(webhook.untouched_reloads, Some(0));
+    // One that ended more than the margin before the change does not count.
+    let log = [
+        fault("webhook", "a", 9.0, 13.0),
+        fault("api-restart", "control-plane", 2.0, 5.0),
+    ];
+    let [webhook, _] = impacts(&log, &changes, &observations, &writes(), 2.0)
+        .try_into()
+        .unwrap();
+    assert_eq!(webhook.untouched_reloads, Some(2));
 }
 
 #[test]
