@@ -42,6 +42,17 @@ impl Mark {
             Mark::Annotation { .. } => "annotations",
         }
     }
+
+    /// The mark holds the change's value (never for a deletion).
+    fn carries(&self, change: &TemplateChange) -> bool {
+        let Some(hash) = change.hash.as_deref() else {
+            return false;
+        };
+        match self {
+            Mark::EnvVar { value, .. } => value == hash,
+            Mark::Annotation { hash: recorded, .. } => recorded == hash,
+        }
+    }
 }
 
 impl fmt::Display for Mark {
@@ -106,13 +117,7 @@ pub fn marks_of(template: &Value, keys: &AnnotationKeys, config: &ConfigKey) -> 
 /// The marks already carry the change's value (under either strategy). A deletion is never
 /// "carried": what it leaves is decided by the edit.
 pub fn carries(marks: &BTreeSet<Mark>, change: &TemplateChange) -> bool {
-    let Some(hash) = change.hash.as_deref() else {
-        return false;
-    };
-    marks.iter().any(|mark| match mark {
-        Mark::EnvVar { value, .. } => value == hash,
-        Mark::Annotation { hash: recorded, .. } => recorded == hash,
-    })
+    marks.iter().any(|mark| mark.carries(change))
 }
 
 /// The marks kube-reloader's own write leaves, from a template read after the edit. The read
@@ -124,14 +129,9 @@ pub fn ours_after_edit(
     change: &TemplateChange,
     ours: ReloadStrategy,
 ) -> BTreeSet<Mark> {
-    let carries_change = |mark: &Mark| match (mark, change.hash.as_deref()) {
-        (Mark::EnvVar { value, .. }, Some(hash)) => value == hash,
-        (Mark::Annotation { hash: recorded, .. }, Some(hash)) => recorded == hash,
-        (_, None) => false,
-    };
     marks
         .into_iter()
-        .filter(|mark| mark.strategy() == ours.as_str() || !carries_change(mark))
+        .filter(|mark| mark.strategy() == ours.as_str() || !mark.carries(change))
         .collect()
 }
 
