@@ -700,46 +700,13 @@ fn the_files_of_the_load_test_import_each_other_without_a_cycle() {
     assert_no_file_level_cycle(&root, 30);
 }
 
-/// The same check for `src/` (issue 44: the src/ refactor removes the circles it finds).
-/// The file-level circles src/ still has: a parent `mod.rs` (or `engine.rs`) whose children use
-/// its types while it calls them. Being removed;
-/// until then this list may only shrink: a new circle, or one growing, fails.
-const SRC_CIRCLES_LEFT: &[&[&str]] = &[&[
-    "watch/configs.rs",
-    "watch/driver.rs",
-    "watch/ignored_secrets.rs",
-    "watch/listed.rs",
-    "watch/mod.rs",
-    "watch/namespaces.rs",
-    "watch/served.rs",
-    "watch/workload_refs.rs",
-    "watch/workloads.rs",
-]];
-
+/// The same check for `src/`: no file imports a file that imports it back, inside a module
+/// as between modules (a parent `mod.rs` whose children use its types while it calls them was
+/// the last kind of circle).
 #[test]
-fn src_has_no_file_level_cycle_beyond_those_left() {
+fn the_files_of_src_import_each_other_without_a_cycle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
-    let graph = CrateFiles::read(&root).graph();
-    assert!(
-        graph.len() >= 80,
-        "found only {} files in src/",
-        graph.len()
-    );
-    let circles = import_circles(&graph);
-    let new: Vec<Vec<String>> = circles
-        .iter()
-        .filter(|circle| {
-            !SRC_CIRCLES_LEFT
-                .iter()
-                .any(|left| circle.iter().all(|f| left.contains(&f.as_str())))
-        })
-        .cloned()
-        .collect();
-    assert!(
-        new.is_empty(),
-        "files of src/ importing each other around a new circle:{}",
-        describe_circles(&graph, &new)
-    );
+    assert_no_file_level_cycle(&root, 80);
 }
 
 #[test]

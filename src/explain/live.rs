@@ -144,7 +144,7 @@ pub struct LiveExplainer {
     /// The changes rolled in waves, with their halts.
     pub waves: Option<Arc<crate::rollout::waves::WaveRunner>>,
     /// Which optional APIs the cluster serves, as the watches last checked.
-    pub served: crate::watch::served::ServedApis,
+    pub served: crate::watch::ServedApis,
 }
 
 /// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.

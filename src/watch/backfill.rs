@@ -22,8 +22,8 @@ use crate::resources::{api_resource, spc_pod_status_resource};
 use crate::shard::coordinator::CatchUp;
 use crate::shard::with_selector;
 
+use super::context::{ShardLink, WatchContext, WatchError};
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
-use super::{ShardLink, WatchContext, WatchError};
 use crate::digest::ConfigSource;
 
 impl WatchContext {

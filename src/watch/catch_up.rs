@@ -27,8 +27,8 @@ use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
 use crate::shard::acted::ActedVersions;
 
-use super::WatchContext;
 use super::backfill::{ListTarget, Pages};
+use super::context::WatchContext;
 use super::list_strategy::CONFIG_PAGE_SIZE;
 
 /// Attempts at a catch-up list that fails for another reason than a compacted history.

@@ -23,11 +23,11 @@ use crate::resources::{spc_pod_status_resource, spc_resource};
 use crate::shard::ListMark;
 use crate::shard::acted::ActedTracker;
 
-use super::driver::{IndexVerbs, drive, map_event};
-use super::{
+use super::context::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
     watch_error, watch_streams,
 };
+use super::driver::{IndexVerbs, drive, map_event};
 use crate::resources::OptionalApi;
 
 pub(super) fn spawn_all(

@@ -14,7 +14,7 @@ use kube::runtime::watcher;
 use crate::engine::Phase;
 use crate::shard::ListMark;
 
-use super::SyncGate;
+use super::context::SyncGate;
 
 /// What one watch does with its objects; the driver calls these in event order.
 pub(super) trait IndexVerbs<T>: Send {

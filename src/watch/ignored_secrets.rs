@@ -24,8 +24,8 @@ use crate::model::{ConfigKey, ConfigKind, WorkloadKey};
 use crate::resources::api_resource;
 use crate::resources::workload_reference;
 
-use super::WatchContext;
-use super::WatchError;
+use super::context::WatchContext;
+use super::context::WatchError;
 
 /// The API server gets at most this many probes per second from this check.
 pub const PROBES_PER_SECOND: u32 = 5;
@@ -68,10 +68,6 @@ impl Verdicts {
         self.warned.insert((workload.clone(), config.clone()))
     }
 }
-
-/// Secrets found to exist with an ignored type, and that type: what `/debug/explain` needs to
-/// say no for them as the controller does. Written by the check, read by the explainer.
-pub type IgnoredSecretTypes = Arc<dashmap::DashMap<ConfigKey, String, ahash::RandomState>>;
 
 impl WatchContext {
     /// The check's task: sweeps the index once, then follows workload notices.

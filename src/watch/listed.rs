@@ -8,7 +8,7 @@
 //! One lock per kind orders its lists, so a list taken earlier never overwrites the index after
 //! one taken later.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,41 +20,23 @@ use crate::index::WorkloadObject;
 use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
 
+use super::context::{SyncGate, WatchContext, WatchError, stream_namespaces};
 use super::list_strategy::WORKLOAD_PAGE_SIZE;
-use super::{SyncGate, WatchContext, WatchError, stream_namespaces};
 
 /// How often a listed kind is listed in full.
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// Longest wait before a failed full list is tried again.
 const RETRY_CAP: Duration = Duration::from_secs(30);
 
-/// The kinds found by LIST, each with the lock that orders its lists.
-#[derive(Default)]
-pub(super) struct ListedKinds {
-    locks: HashMap<WorkloadKind, tokio::sync::Mutex<()>>,
-}
-
-impl ListedKinds {
-    pub(super) fn new(kinds: BTreeSet<WorkloadKind>) -> Self {
-        Self {
-            locks: kinds.into_iter().map(|k| (k, Default::default())).collect(),
-        }
-    }
-
-    pub(super) fn contains(&self, kind: WorkloadKind) -> bool {
-        self.locks.contains_key(&kind)
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.locks.is_empty()
-    }
-}
-
 impl WatchContext {
     /// Lists `kind` in `namespace` (`None`: every namespace) into the index and forgets what the
     /// list did not return there.
     async fn relist(&self, kind: WorkloadKind, namespace: Option<&str>) -> Result<(), kube::Error> {
-        let _ordered = self.listed.locks[&kind].lock().await;
+        let order = self
+            .listed
+            .order(kind)
+            .expect("relist is called for listed kinds only");
+        let _ordered = order.lock().await;
         let ar = api_resource(kind);
         let api: Api<WorkloadObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
@@ -90,10 +72,9 @@ impl WatchContext {
         // The kinds at once: the change waits for the slowest list, not for their sum.
         let lists = self
             .listed
-            .locks
-            .keys()
-            .filter(|kind| self.lists_workloads(**kind))
-            .map(|kind| async move { (*kind, self.relist(*kind, Some(namespace)).await) });
+            .kinds()
+            .filter(|kind| self.lists_workloads(*kind))
+            .map(|kind| async move { (kind, self.relist(kind, Some(namespace)).await) });
         for (kind, listed) in futures::future::join_all(lists).await {
             if let Err(e) = listed {
                 warn!(kind = kind.as_str(), namespace, error = %e, "listing workloads before a config change failed; deciding on the last list");

@@ -16,8 +16,8 @@ use crate::engine::Phase;
 
 use crate::shard::ListMark;
 
+use super::context::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 use super::driver::{IndexVerbs, drive};
-use super::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 
 pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {
     let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();

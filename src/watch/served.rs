@@ -8,9 +8,8 @@
 //! waited for. A CRD deleted later stops its watch the same way (instead of a watch retrying
 //! 404s for ever).
 
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kube::Client;
 use tracing::{info, warn};
@@ -19,7 +18,7 @@ use crate::config::Settings;
 use crate::model::{ConfigKind, WorkloadKind};
 use crate::resources::OptionalApi;
 
-use super::{SyncGate, WatchContext, WatchError};
+use super::context::{SyncGate, WatchContext, WatchError};
 
 /// What discovery said of an optional API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,35 +52,6 @@ pub fn optional_apis(settings: &Settings) -> Vec<OptionalApi> {
         .filter(|k| settings.watches_config(*k))
         .filter_map(OptionalApi::of_config);
     workloads.chain(configs).collect()
-}
-
-/// What the last check of each optional API the settings turn on found (read by explain and the
-/// backfills; written by the kinds' own tasks).
-#[derive(Clone, Default)]
-pub struct ServedApis {
-    known: Arc<Mutex<BTreeMap<OptionalApi, bool>>>,
-}
-
-impl ServedApis {
-    /// False only for an API found not served (or not yet found served after a failed check).
-    pub fn allows(&self, api: Option<OptionalApi>) -> bool {
-        api.is_none_or(|api| self.known.lock().unwrap().get(&api) != Some(&false))
-    }
-
-    /// The optional APIs checked so far and whether each is served.
-    pub fn snapshot(&self) -> Vec<(OptionalApi, bool)> {
-        self.known
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(api, served)| (*api, *served))
-            .collect()
-    }
-
-    /// Records a check; true when it changed what was known.
-    fn record(&self, api: OptionalApi, served: bool) -> bool {
-        self.known.lock().unwrap().insert(api, served) != Some(served)
-    }
 }
 
 impl WatchContext {
@@ -178,24 +148,5 @@ impl WatchContext {
             }
         }
         Some(served)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_api_found_missing_is_not_listed() {
-        let served = ServedApis::default();
-        assert!(served.allows(None), "built-in kinds");
-        assert!(served.allows(Some(OptionalApi::CSI)), "not checked yet");
-        assert!(served.record(OptionalApi::CSI, false));
-        assert!(!served.allows(Some(OptionalApi::CSI)));
-        assert!(served.allows(Some(OptionalApi::ARGO_ROLLOUTS)));
-        assert!(!served.record(OptionalApi::CSI, false), "no change");
-        assert!(served.record(OptionalApi::CSI, true));
-        assert!(served.allows(Some(OptionalApi::CSI)));
-        assert_eq!(served.snapshot(), vec![(OptionalApi::CSI, true)]);
     }
 }

@@ -15,7 +15,7 @@ use crate::model::ConfigKind;
 use crate::shard::ranges::{HashRange, selector};
 use crate::shard::{NAMESPACE_FIELD, with_selector};
 
-use super::WatchContext;
+use super::context::WatchContext;
 
 /// The first retry of a failed probe, doubled up to [`PROBE_RETRY_MAX`].
 const PROBE_RETRY_FIRST: Duration = Duration::from_secs(5);

@@ -13,11 +13,11 @@ use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
 use crate::shard::ListMark;
 
-use super::driver::{IndexVerbs, drive};
-use super::{
+use super::context::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, stream_namespaces, watch_error,
     watch_streams,
 };
+use super::driver::{IndexVerbs, drive};
 use crate::resources::OptionalApi;
 
 pub(super) fn spawn_all(
