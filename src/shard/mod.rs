@@ -13,11 +13,11 @@ mod lease;
 mod liveness;
 pub mod ranges;
 pub mod ring;
-mod server_filter;
+pub mod server_sharding;
 
 pub use assignment::{Assignment, Scheme};
 pub use handover::{SETTLE_WINDOW, ShardView};
-pub use server_filter::{NAMESPACE_FIELD, SelectorFeed, with_selector};
+use server_sharding::SelectorFeed;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +68,7 @@ impl ShardState {
         self.server_sharding.store(true, Ordering::Release);
         let view = self.view.read().expect("shard view lock");
         self.selector
-            .publish(server_filter::selector_of(&view, &self.me));
+            .publish(server_sharding::selector_of(&view, &self.me));
     }
 
     /// The API server sends only this replica's namespaces (`--server-side-sharding`).
@@ -82,13 +82,13 @@ impl ShardState {
     }
 
     /// The selector that lists just `gained` of this replica's namespaces (see
-    /// [`server_filter::covering_selector`]); `None` unless the API server shards.
+    /// [`server_sharding::covering_selector`]); `None` unless the API server shards.
     pub fn gained_selector(&self, gained: &[String]) -> Option<String> {
         if !self.server_sharding() {
             return None;
         }
         let view = self.view.read().expect("shard view lock");
-        server_filter::covering_selector(&view, &self.me, gained)
+        server_sharding::covering_selector(&view, &self.me, gained)
     }
 
     fn assigned(&self, namespace: &str) -> bool {
@@ -148,7 +148,7 @@ impl ShardState {
         // Under the lock, so two updates never publish out of order.
         if self.server_sharding() {
             self.selector
-                .publish(server_filter::selector_of(&view, &self.me));
+                .publish(server_sharding::selector_of(&view, &self.me));
         }
         result
     }

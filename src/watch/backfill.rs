@@ -20,7 +20,7 @@ use crate::engine::Phase;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::resources::{api_resource, spc_pod_status_resource};
 use crate::shard::coordinator::CatchUp;
-use crate::shard::with_selector;
+use crate::shard::server_sharding::with_selector;
 
 use super::context::{ShardLink, WatchContext, WatchError};
 use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};

@@ -17,7 +17,6 @@ mod list_strategy;
 mod listed;
 mod namespaces;
 pub mod served;
-mod server_sharding;
 mod workload_refs;
 mod workloads;
 
@@ -29,6 +28,7 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use crate::model::ConfigKind;
+use crate::shard::server_sharding::decide_server_sharding;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 pub use context::{ShardLink, WatchContext, WatchError, WatchObserver};
@@ -60,7 +60,9 @@ impl WatchContext {
             }
             None => 0,
         };
-        self.decide_server_sharding().await;
+        let observed = self.clone();
+        let report = Arc::new(move |on| observed.observer.server_side_sharding(on));
+        decide_server_sharding(&self.client, &self.ownership, &self.settings, report).await;
         self.discover_optional_apis().await;
         // One empty watch request (milliseconds) decides how every list starts.
         let streaming = self.clone().probe_streaming_lists().await;

@@ -279,11 +279,11 @@ async fn a_list_carries_the_selector_and_its_body_is_untouched() {
     assert_eq!(next_chunk(&mut body).await.unwrap(), &b"{\"items\":["[..]);
 }
 
-fn ranges_assignment(generation: u64, members: &[&str]) -> Arc<super::super::Assignment> {
-    Arc::new(super::super::Assignment {
+fn ranges_assignment(generation: u64, members: &[&str]) -> Arc<crate::shard::Assignment> {
+    Arc::new(crate::shard::Assignment {
         generation,
         members: members.iter().map(|m| m.to_string()).collect(),
-        scheme: super::super::Scheme::HashRanges,
+        scheme: crate::shard::Scheme::HashRanges,
         ..Default::default()
     })
 }
@@ -328,7 +328,7 @@ fn the_selector_covers_the_previous_assignment_until_it_is_released() {
 #[test]
 fn no_selector_while_an_assignment_is_rendezvous() {
     let mut view = ShardView::default();
-    view.install(Arc::new(super::super::Assignment {
+    view.install(Arc::new(crate::shard::Assignment {
         generation: 1,
         members: vec!["a".into(), "b".into()],
         ..Default::default()

@@ -1,21 +1,29 @@
-//! Whether the API server shards this replica's lists and watches (`--server-side-sharding`),
-//! decided before the first lists: a probe list carrying a selector that selects every
-//! namespace comes back with `metadata.shardInfo` only from a server that applied it. A probe
-//! that fails (a 500, a timeout) is retried in the background with backoff; turning the
-//! selector on later is safe, as open watches re-open with it (`shard/server_filter.rs`).
+//! Server-side sharding (Kubernetes' sharded list and watch, KEP-5866), in one place: whether
+//! the API server shards this replica's lists and watches (`--server-side-sharding`), decided
+//! here before the first lists, and the `shardSelector` the client then sends
+//! (`filter.rs`, a tower layer under the kube client).
+//!
+//! The decision: a probe list carrying a selector that selects every namespace comes back with
+//! `metadata.shardInfo` only from a server that applied it. A probe that fails (a 500, a
+//! timeout) is retried in the background with backoff; turning the selector on later is safe,
+//! as open watches re-open with it.
+
+mod filter;
+
+pub use filter::{NAMESPACE_FIELD, SelectorFeed, with_selector};
+pub(super) use filter::{covering_selector, selector_of};
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::Client;
 use tracing::{info, warn};
 
-use crate::config::NamespaceScope;
 use crate::config::shard::ServerSharding;
+use crate::config::{NamespaceScope, Settings};
 use crate::model::ConfigKind;
 use crate::shard::ranges::{HashRange, selector};
-use crate::shard::{NAMESPACE_FIELD, with_selector};
-
-use super::context::WatchContext;
+use crate::shard::{Ownership, ShardState};
 
 /// The first retry of a failed probe, doubled up to [`PROBE_RETRY_MAX`].
 const PROBE_RETRY_FIRST: Duration = Duration::from_secs(5);
@@ -40,43 +48,70 @@ pub fn decide(mode: ServerSharding, probe: Option<Result<bool, String>>) -> Deci
     }
 }
 
-impl WatchContext {
-    /// Probes the server (unless `off`) and, if the decision is to shard there, turns the
-    /// selector on; logs the mode once and reports it to the metrics.
-    pub(super) async fn decide_server_sharding(self: &Arc<Self>) {
-        let (Some(_), Some(shard)) = (self.ownership.shard(), self.settings.shard.as_ref()) else {
-            return;
-        };
-        // Plain --enable-ha: the leader acts on everything. A fixed namespace list: one stream
-        // per namespace, nothing cluster-wide to shard.
-        if !shard.sharding || self.settings.scope != NamespaceScope::All {
-            return;
-        }
-        let mode = shard.server_sharding;
-        let probe = match mode {
-            ServerSharding::Off => None,
-            _ => Some(self.probe_shard_selector().await),
-        };
-        let failed = matches!(probe, Some(Err(_)));
-        if let Some(Err(error)) = &probe {
-            warn!(%error, "the sharded-list probe failed; retrying it in the background");
-        }
-        let decision = decide(mode, probe);
-        self.apply_decision(mode, decision);
-        if failed && mode == ServerSharding::Auto {
-            tokio::spawn(self.clone().probe_again());
-        }
-    }
+/// Where the decision is reported (the `server_side_sharding` gauge): true when the server is
+/// asked to shard.
+pub type DecisionReport = Arc<dyn Fn(bool) + Send + Sync>;
 
+/// Probes the server (unless `off`) and, if the decision is to shard there, turns the selector
+/// on; logs the mode once and reports it. Nothing to decide with plain `--enable-ha` (the leader
+/// acts on everything) or a fixed namespace list (one stream per namespace, nothing
+/// cluster-wide to shard).
+pub async fn decide_server_sharding(
+    client: &Client,
+    ownership: &Ownership,
+    settings: &Settings,
+    report: DecisionReport,
+) {
+    let (Some(state), Some(shard)) = (ownership.shard(), settings.shard.as_ref()) else {
+        return;
+    };
+    if !shard.sharding || settings.scope != NamespaceScope::All {
+        return;
+    }
+    let probe = Probe {
+        client: client.clone(),
+        resource: match settings.watches_config(ConfigKind::ConfigMap) {
+            true => "configmaps",
+            false => "secrets",
+        },
+        state: state.clone(),
+        report,
+    };
+    let mode = shard.server_sharding;
+    let answer = match mode {
+        ServerSharding::Off => None,
+        _ => Some(probe.shard_selector_applied().await),
+    };
+    let failed = matches!(answer, Some(Err(_)));
+    if let Some(Err(error)) = &answer {
+        warn!(%error, "the sharded-list probe failed; retrying it in the background");
+    }
+    probe.apply(mode, decide(mode, answer));
+    if failed && mode == ServerSharding::Auto {
+        tokio::spawn(probe.again());
+    }
+}
+
+/// What probing and applying the decision need, owned so a failed probe can be retried in the
+/// background.
+struct Probe {
+    client: Client,
+    /// A config kind the replica watches (its RBAC allows listing it).
+    resource: &'static str,
+    state: Arc<ShardState>,
+    report: DecisionReport,
+}
+
+impl Probe {
     /// Retries a failed probe with backoff until the server answers.
-    async fn probe_again(self: Arc<Self>) {
+    async fn again(self) {
         let mut delay = PROBE_RETRY_FIRST;
         loop {
             tokio::time::sleep(delay).await;
-            match self.probe_shard_selector().await {
+            match self.shard_selector_applied().await {
                 Ok(honoured) => {
                     let decision = decide(ServerSharding::Auto, Some(Ok(honoured)));
-                    self.apply_decision(ServerSharding::Auto, decision);
+                    self.apply(ServerSharding::Auto, decision);
                     return;
                 }
                 Err(error) => {
@@ -87,10 +122,7 @@ impl WatchContext {
         }
     }
 
-    fn apply_decision(&self, mode: ServerSharding, decision: Decision) {
-        let Some(state) = self.ownership.shard() else {
-            return;
-        };
+    fn apply(&self, mode: ServerSharding, decision: Decision) {
         match decision {
             Decision::Server { honoured: true } => {
                 info!("server-side sharding: the API server sends this replica only its namespaces")
@@ -107,26 +139,20 @@ impl WatchContext {
             ),
         }
         if let Decision::Server { .. } = decision {
-            state.use_server_sharding();
+            self.state.use_server_sharding();
         }
-        self.observer
-            .server_side_sharding(matches!(decision, Decision::Server { .. }));
+        (self.report)(matches!(decision, Decision::Server { .. }));
     }
 
     /// One object of a watched config kind, listed with a selector of the whole hash space:
     /// true when the answer carries `metadata.shardInfo`.
-    async fn probe_shard_selector(&self) -> Result<bool, String> {
-        let resource = if self.settings.watches_config(ConfigKind::ConfigMap) {
-            "configmaps"
-        } else {
-            "secrets"
-        };
+    async fn shard_selector_applied(&self) -> Result<bool, String> {
         let everything = [HashRange {
             start: 0,
             end: 1 << 64,
         }];
         let all = selector(NAMESPACE_FIELD, &everything).expect("one range");
-        let list: http::Uri = format!("/api/v1/{resource}?limit=1")
+        let list: http::Uri = format!("/api/v1/{}?limit=1", self.resource)
             .parse()
             .map_err(|e: http::uri::InvalidUri| e.to_string())?;
         let url = with_selector(&list, &all).ok_or("the probe's URI could not carry a selector")?;

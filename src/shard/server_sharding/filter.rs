@@ -23,10 +23,10 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::watch;
 use tower::{Layer, Service};
 
-use super::ShardView;
-use super::ranges::{HashRange, fnv1a64, selector, union};
 use crate::model::WorkloadKind;
 use crate::resources::{api_resource, spc_pod_status_resource};
+use crate::shard::ShardView;
+use crate::shard::ranges::{HashRange, fnv1a64, selector, union};
 
 /// The field every selector hashes.
 pub const NAMESPACE_FIELD: &str = "object.metadata.namespace";
