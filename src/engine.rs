@@ -18,6 +18,7 @@ use crate::reloader_format::template::TemplateChange;
 use crate::rollout::waves::{Rolled, WaveItem, WaveRunner, WaveSink};
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
+use crate::spans::ConfigCause;
 use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
 
 mod breaker;
@@ -474,29 +475,23 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         })
     }
 
+    /// A config event's reloads: decided for every workload using the config, then dispatched.
     fn fan_out(&self, event: ConfigEvent<'_>) -> usize {
-        let ConfigEvent {
-            key,
-            state,
-            deleted,
-            observed_at,
-            pins_acted,
-            ..
-        } = event;
-        let span = info_span!(
-            "config_change",
-            config.kind = %key.kind,
-            config.namespace = %key.namespace,
-            config.name = %key.name,
-            deleted,
-            affected = tracing::field::Empty,
-        );
-        crate::spans::annotate_config(&span, key);
+        let ConfigEvent { key, state, .. } = event;
+        let cause = match event.deleted {
+            true => ConfigCause::Deleted,
+            false => ConfigCause::Changed,
+        };
+        let span = crate::spans::config_change(key, cause);
         if let Some(webhook) = &self.webhook {
             if !state.ignore {
                 span.in_scope(|| webhook.config_changed(key));
             }
             return 0;
+        }
+        // A newer change of the config replaces any it is still rolling in waves.
+        if let Some(runner) = &self.waves {
+            runner.supersede(key);
         }
         // The decision over every workload using the config: how many were looked at, how many
         // are reloaded (the others were skipped: not opted in, ignored, ...).
@@ -506,64 +501,76 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             candidates = tracing::field::Empty,
             reloads = tracing::field::Empty,
         );
-        let (mut candidates, mut affected) = (0, 0);
-        // A newer change of the config replaces any it is still rolling in waves.
-        let mut waves = self.waves.as_ref().and_then(|runner| {
-            runner.supersede(key);
-            self.wave_policy(key, state, deleted)
-                .map(|policy| (runner, policy, Vec::new()))
-        });
+        let mut candidates = 0;
+        let mut items = Vec::new();
         for entry in self.index.candidates(key) {
             candidates += 1;
-            let Some(reason) = self.decide(key, state, &entry) else {
-                continue;
-            };
-            if event.skip_current && records_current(&entry, key, state) {
-                self.observer.skipped(key, "already_current");
-                continue;
-            }
-            let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
-            let hash = (!deleted).then(|| state.value_for(&counted));
-            if hash.is_some() && event.unchanged_for(&entry, &counted, hash.as_deref()) {
-                self.observer.skipped(key, "keys_unchanged");
-                continue;
-            }
-            let change = Change {
-                config: key,
-                hash,
-                counted,
-                reason,
-                observed_at,
-                version: state.resource_version,
-                pins_acted,
-            };
-            let queued = self.queued_change(&entry, change, &span);
-            match waves.as_mut() {
-                Some((_, _, items)) => items.push(WaveItem {
+            if let Some(change) = self.reload_for(&event, &entry) {
+                items.push(WaveItem {
                     candidate: Candidate {
                         key: entry.key.clone(),
                         canary: entry.canary,
                     },
-                    change: queued,
+                    change: self.queued_change(&entry, change, &span),
                     priority: Priority::Live,
-                }),
-                None => self
-                    .queue
-                    .enqueue_as(entry.key.clone(), queued, Priority::Live),
+                });
             }
-            affected += 1;
         }
-        if let Some((runner, policy, items)) = waves {
-            self.roll_in_waves(runner, key, state, policy, items);
-        }
+        let affected = items.len();
         decision.record("candidates", candidates);
         decision.record("reloads", affected);
         drop(decision);
+        self.dispatch(key, state, event.deleted, items);
         span.record("affected", affected);
         span.in_scope(|| debug!(config = %key, affected, "config change fanned out"));
         self.observer
-            .config_changed(key, affected, observed_at.elapsed());
+            .config_changed(key, affected, event.observed_at.elapsed());
         affected
+    }
+
+    /// The reload `event` asks of `entry` (`None`: the decision skips it, or the keys it reads
+    /// did not change, or a catch-up finds it already current).
+    fn reload_for<'e>(&self, event: &ConfigEvent<'e>, entry: &WorkloadEntry) -> Option<Change<'e>> {
+        let ConfigEvent { key, state, .. } = *event;
+        let reason = self.decide(key, state, entry)?;
+        if event.skip_current && records_current(entry, key, state) {
+            self.observer.skipped(key, "already_current");
+            return None;
+        }
+        let counted = entry.counted(key.kind, &key.name, self.settings.precise_keys);
+        let hash = (!event.deleted).then(|| state.value_for(&counted));
+        if hash.is_some() && event.unchanged_for(entry, &counted, hash.as_deref()) {
+            self.observer.skipped(key, "keys_unchanged");
+            return None;
+        }
+        Some(Change {
+            config: key,
+            hash,
+            counted,
+            reason,
+            observed_at: event.observed_at,
+            version: state.resource_version,
+            pins_acted: event.pins_acted,
+        })
+    }
+
+    /// The one way reloads leave the engine: through the config's wave policy to the wave
+    /// runner when it has one and they are more than its threshold, else to the queue now.
+    fn dispatch(&self, key: &ConfigKey, state: &ConfigState, deleted: bool, items: Vec<WaveItem>) {
+        let waves = self.waves.as_ref().and_then(|runner| {
+            self.wave_policy(key, state, deleted)
+                .map(|policy| (runner, policy))
+        });
+        match waves {
+            Some((runner, policy)) if items.len() > policy.threshold => {
+                let rolled = Rolled {
+                    hash: state.digest.reloader_hash(),
+                    resume: state.waves.as_ref().and_then(|w| w.resume.clone()),
+                };
+                runner.start(key.clone(), rolled, policy, items, self.wave_sink());
+            }
+            _ => self.enqueue_all(items),
+        }
     }
 
     fn decide(
@@ -618,27 +625,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             namespace.as_deref(),
             own.as_ref(),
         )
-    }
-
-    /// Above the policy's threshold the runner rolls `items` wave by wave; at or under it they
-    /// are all queued now, as without waves.
-    fn roll_in_waves(
-        &self,
-        runner: &Arc<WaveRunner>,
-        key: &ConfigKey,
-        state: &ConfigState,
-        policy: WavePolicy,
-        items: Vec<WaveItem>,
-    ) {
-        if items.len() <= policy.threshold {
-            self.enqueue_all(items);
-            return;
-        }
-        let rolled = Rolled {
-            hash: state.digest.reloader_hash(),
-            resume: state.waves.as_ref().and_then(|w| w.resume.clone()),
-        };
-        runner.start(key.clone(), rolled, policy, items, self.wave_sink());
     }
 
     fn enqueue_all(&self, items: Vec<WaveItem>) {
@@ -704,13 +690,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
 
     /// The workloads a change of `key` to `state` would roll that are not on its value yet.
     fn held_items(&self, key: &ConfigKey, state: &ConfigState) -> Vec<WaveItem> {
-        let span = info_span!(
-            "config_change",
-            config.kind = %key.kind,
-            config.namespace = %key.namespace,
-            config.name = %key.name,
-            held = true,
-        );
+        let span = crate::spans::config_change(key, ConfigCause::HeldByHalt);
         let mut items = Vec::new();
         for entry in self.index.candidates(key) {
             if records_current(&entry, key, state) {
@@ -861,14 +841,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         let mut queued = 0;
         for (key, (state, items)) in by_config {
             queued += items.len();
-            let waves = self.waves.as_ref().and_then(|runner| {
-                self.wave_policy(&key, &state, false)
-                    .map(|policy| (runner, policy))
-            });
-            match waves {
-                Some((runner, policy)) => self.roll_in_waves(runner, &key, &state, policy, items),
-                None => self.enqueue_all(items),
-            }
+            self.dispatch(&key, &state, false, items);
         }
         if queued > 0 {
             info!(
@@ -899,13 +872,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             return None;
         }
         let reason = self.decide(&key, &state, entry)?;
-        let span = info_span!(
-            "config_change",
-            config.kind = %key.kind,
-            config.namespace = %key.namespace,
-            config.name = %key.name,
-            missed_while_down = true,
-        );
+        let span = crate::spans::config_change(&key, ConfigCause::MissedWhileDown);
         // Behind live changes: a start-up must not delay what users change now.
         let item = self.unpinned_item(entry, &key, &state, reason, &span, Priority::Background);
         Some((key, state, item))

@@ -3,7 +3,7 @@
 //! `telemetry::tracing`'s.
 
 use opentelemetry::trace::TraceContextExt;
-use tracing::Span;
+use tracing::{Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
@@ -33,6 +33,46 @@ pub fn workload_name_key(kind: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Job => Some("k8s.job.name"),
         WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => None,
     }
+}
+
+/// Why a `config_change` span (the root of a reload's trace) was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigCause {
+    /// The config was created or its value changed.
+    Changed,
+    /// The config was deleted (`--reload-on-delete`).
+    Deleted,
+    /// A kept halt is held again after a restart or a handover.
+    HeldByHalt,
+    /// Its workloads record an older value: it changed while nobody watched them.
+    MissedWhileDown,
+}
+
+impl ConfigCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigCause::Changed => "changed",
+            ConfigCause::Deleted => "deleted",
+            ConfigCause::HeldByHalt => "held_by_halt",
+            ConfigCause::MissedWhileDown => "missed_while_down",
+        }
+    }
+}
+
+/// The `config_change` span of `config`, built in this one place: the config's identity, why it
+/// was opened, and `affected` (recorded once the fan-out knows it).
+pub fn config_change(config: &ConfigKey, cause: ConfigCause) -> Span {
+    let span = info_span!(
+        "config_change",
+        config.kind = %config.kind,
+        config.namespace = %config.namespace,
+        config.name = %config.name,
+        cause = cause.as_str(),
+        deleted = cause == ConfigCause::Deleted,
+        affected = tracing::field::Empty,
+    );
+    annotate_config(&span, config);
+    span
 }
 
 /// Semantic-convention attributes of a config event's span.
