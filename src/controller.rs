@@ -18,7 +18,7 @@ use crate::index::ReverseIndex;
 use crate::rollout::events::EventSink;
 use crate::rollout::halts::HaltStore;
 use crate::rollout::pause::PauseKeeper;
-use crate::rollout::waves::{KubeReader, WaveNotice, WaveRunner};
+use crate::rollout::wave_runner::{KubeReader, WaveNotice, WaveRunner};
 use crate::rollout::{
     KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
 };

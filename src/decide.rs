@@ -2,7 +2,7 @@
 //! spec as a pure function.
 
 use crate::model::{ConfigKind, WorkloadKind};
-use crate::policy::{ReloadPolicy, Toggle};
+use crate::reload_policy::{ReloadPolicy, Toggle};
 
 /// What the controller knows of the changed config.
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,7 @@ use crate::decide::{
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::{ConfigKey, Counted};
 use crate::reloader_format::template::TemplateChange;
-use crate::rollout::waves::{Rolled, WaveItem, WaveRunner, WaveSink};
+use crate::rollout::wave_runner::{Rolled, WaveItem, WaveRunner, WaveSink};
 use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
 use crate::spans::ConfigCause;

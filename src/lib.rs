@@ -24,10 +24,10 @@ pub mod shard;
 // Pure rules.
 /// The reload decision for one (changed config, workload) pair.
 pub mod decide;
-/// A workload's reload policy, parsed once from its annotations.
-pub mod policy;
 /// Which configs a pod template uses and which container gets the reload env var.
 pub mod references;
+/// A workload's reload policy, parsed once from its annotations.
+pub mod reload_policy;
 /// What Reloader writes: hash recipes, env var and annotation names, template edits.
 pub mod reloader_format;
 /// Safe reloads: the wave policy, the plan, workload health and the wave state machine.

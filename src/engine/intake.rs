@@ -19,7 +19,7 @@ use crate::index::{
     ConfigState, ReverseIndex, WorkloadEntry, WorkloadObject, workload_entry_from_object,
 };
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
-use crate::policy::PolicyProblem;
+use crate::reload_policy::PolicyProblem;
 use crate::resources::workload_reference;
 use crate::rollout::Tenants;
 use crate::rollout::events::EventSink;

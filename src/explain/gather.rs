@@ -16,7 +16,7 @@ use crate::config::{AnnotationKeys, Settings};
 use crate::digest::ConfigSource;
 use crate::index::{WorkloadEntry, workload_entry};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::policy::{PolicyReading, ReloadPolicy, config_flag};
+use crate::reload_policy::{PolicyReading, ReloadPolicy, config_flag};
 use crate::reloader_format::hash::{ConfigPayload, digest_payload};
 use crate::reloader_format::precise::KeyDigests;
 use crate::reloader_format::precise::key_digests;
@@ -94,7 +94,7 @@ impl WorkloadView {
         &self,
         settings: &Settings,
         facts: &super::report::NamespaceFacts,
-        annotations: Vec<crate::policy::AnnotationRead>,
+        annotations: Vec<crate::reload_policy::AnnotationRead>,
         only: Option<(ConfigKind, &str)>,
     ) -> super::report::Explanation {
         let recorded = |k: ConfigKind, n: &str| self.recorded(&settings.keys, k, n);

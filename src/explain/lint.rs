@@ -6,7 +6,7 @@ use crate::config::AnnotationKeys;
 use crate::decide::NoReason;
 use crate::index::WorkloadEntry;
 use crate::model::{ConfigKind, WorkloadKey};
-use crate::policy::{AnnotationRead, NamePattern, PolicyProblem, Toggle, type_index};
+use crate::reload_policy::{AnnotationRead, NamePattern, PolicyProblem, Toggle, type_index};
 
 use super::report::{Explanation, NamespaceFacts};
 use super::unknown_keys::unknown_key;
@@ -57,7 +57,7 @@ impl Findings<'_> {
 }
 
 /// Every finding for one workload. `annotations` is what the policy parser read
-/// ([`crate::policy::ReloadPolicy::read`]); `explanation` the verdict for each candidate config.
+/// ([`crate::reload_policy::ReloadPolicy::read`]); `explanation` the verdict for each candidate config.
 pub fn lint_workload(
     entry: &WorkloadEntry,
     annotations: &[AnnotationRead],
@@ -346,7 +346,7 @@ mod tests {
     use crate::explain::report::{ConfigSeen, ExplainContext, explain};
     use crate::index::workload_entry;
     use crate::model::WorkloadKind;
-    use crate::policy::ReloadPolicy;
+    use crate::reload_policy::ReloadPolicy;
     use clap::Parser;
     use serde_json::{Value, json};
     use std::collections::BTreeMap;

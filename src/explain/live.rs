@@ -142,7 +142,7 @@ pub struct LiveExplainer {
     /// The churn breaker, with `--churn-limit`.
     pub breaker: Option<Arc<crate::engine::ChurnBreaker>>,
     /// The changes rolled in waves, with their halts.
-    pub waves: Option<Arc<crate::rollout::waves::WaveRunner>>,
+    pub waves: Option<Arc<crate::rollout::wave_runner::WaveRunner>>,
     /// Which optional APIs the cluster serves, as the watches last checked.
     pub served: crate::watch::ServedApis,
 }
@@ -164,7 +164,7 @@ impl LiveExplainer {
 
     /// The halted change of `key`, in words.
     fn halted(&self, key: &crate::model::ConfigKey) -> Option<String> {
-        use crate::rollout::waves::WaveStatus;
+        use crate::rollout::wave_runner::WaveStatus;
         let WaveStatus::Halted { halt, at } = self.waves.as_ref()?.status(key)? else {
             return None;
         };

@@ -15,8 +15,8 @@ use crate::decide::{
 };
 use crate::index::WorkloadEntry;
 use crate::model::{ConfigKind, Counted, WorkloadKind};
-use crate::policy::{AnnotationRead, NamePattern, Toggle};
 use crate::references::{UseHow, choose_container, mounting_containers, visit_use_sites};
+use crate::reload_policy::{AnnotationRead, NamePattern, Toggle};
 use crate::reloader_format::naming::reload_env_var;
 
 /// What is known of one config of the workload's namespace.
@@ -207,7 +207,7 @@ pub fn policy_report(entry: &WorkloadEntry) -> PolicyReport {
                     typed_auto: toggle(t.typed_auto),
                     search: t.search,
                     reload_list: t.explicit.iter().map(pattern_text).collect(),
-                    exclude: p.excludes[crate::policy::type_index(kind)]
+                    exclude: p.excludes[crate::reload_policy::type_index(kind)]
                         .iter()
                         .map(|e| e.to_string())
                         .collect(),
@@ -215,8 +215,8 @@ pub fn policy_report(entry: &WorkloadEntry) -> PolicyReport {
             })
             .collect(),
         rollout_strategy: match p.rollout_strategy {
-            crate::policy::RolloutStrategy::Rollout => "rollout",
-            crate::policy::RolloutStrategy::Restart => "restart",
+            crate::reload_policy::RolloutStrategy::Rollout => "rollout",
+            crate::reload_policy::RolloutStrategy::Restart => "restart",
         },
         pause_period: p.pause_period.map(|d| format!("{d:?}")),
         problems: p.problems.iter().map(ToString::to_string).collect(),

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::config::AnnotationKeys;
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey, WorkloadKind};
-use crate::policy::{NamePattern, ReloadPolicy};
 use crate::references::{config_uses, counted_keys};
+use crate::reload_policy::{NamePattern, ReloadPolicy};
 use crate::reloader_format::template::recorded_hash;
 
 use super::wire::WorkloadObject;

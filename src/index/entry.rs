@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::config::PreciseKeys;
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey};
-use crate::policy::{NamePattern, ReloadPolicy};
+use crate::reload_policy::{NamePattern, ReloadPolicy};
 use crate::reloader_format::hash::Digest;
 use crate::reloader_format::precise::KeyDigests;
 

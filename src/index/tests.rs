@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::config::AnnotationKeys;
 use crate::model::ConfigKind;
-use crate::policy::ReloadPolicy;
+use crate::reload_policy::ReloadPolicy;
 use crate::reloader_format::hash::Digest;
 
 fn entry(name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> WorkloadEntry {

@@ -8,8 +8,8 @@ use serde_json::{Map, Value, json};
 use super::hash::{DELETE_MARKER, reloader_sha1_hex};
 use crate::config::{AnnotationKeys, ReloadStrategy};
 use crate::model::{ConfigKey, WorkloadKind};
-use crate::policy::CronJobReloadStrategy;
 use crate::references::choose_container;
+use crate::reload_policy::CronJobReloadStrategy;
 
 use super::naming::reload_env_var;
 

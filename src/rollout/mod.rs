@@ -10,7 +10,7 @@ pub mod pause;
 mod queue;
 mod scheduler;
 mod tenants;
-pub mod waves;
+pub mod wave_runner;
 mod writer;
 
 pub use self::writer::KubeWriter;

@@ -26,7 +26,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::config::{AnnotationKeys, Settings};
 use crate::index::ReverseIndex;
 use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
-use crate::policy::{
+use crate::reload_policy::{
     CronJobReloadStrategy, RolloutStrategy, cronjob_reload_strategy_of, pause_period_of,
     rollout_strategy_of,
 };

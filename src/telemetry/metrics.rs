@@ -734,8 +734,8 @@ impl WatchObserver for Arc<Metrics> {
 
 impl Metrics {
     /// A change rolled in waves completed, halted or was released.
-    pub fn wave_notice(&self, notice: &crate::rollout::waves::WaveNotice) {
-        use crate::rollout::waves::WaveNotice;
+    pub fn wave_notice(&self, notice: &crate::rollout::wave_runner::WaveNotice) {
+        use crate::rollout::wave_runner::WaveNotice;
         let result = match notice {
             WaveNotice::Completed { .. } => "completed",
             WaveNotice::Halted(halt) => {

@@ -238,7 +238,7 @@ impl WatchContext {
     }
 
     fn flag(&self, annotations: &BTreeMap<String, String>, key: &str) -> bool {
-        crate::policy::config_flag(annotations, key)
+        crate::reload_policy::config_flag(annotations, key)
     }
 
     /// Reduces one config object to its key and state (hashed on the digest pool); a deleted

@@ -3,7 +3,7 @@
 //! fails. Opt-in (`--waves`, the `kube-reloader.io/waves` annotation on a config or namespace);
 //! with nothing set every affected workload is queued at once, as Reloader does. The policy,
 //! the plan, the health reading and the state machine here are pure; the runner that does the
-//! I/O is part of the write path (`rollout/waves.rs`).
+//! I/O is part of the write path (`rollout/wave_runner.rs`).
 
 mod health;
 mod plan;
