@@ -4,13 +4,15 @@
 //!
 //! In a handover two replicas act on one namespace for a moment, each from its own watch. The one
 //! whose list or watch lags could write a config's older hash after the other wrote the newer one
-//! (the workload would roll back and forth: A, B, A, B). So while settling, a write reads the
+//! (the workload would roll back and forth: A, B, A, B). So while settling, a write in a namespace
+//! whose owner changed (`shard::Moves`) reads the
 //! workload first, then compares, for each config it writes, the resourceVersion its index holds
 //! with the server's (a metadata-only GET: no payload crosses the wire) and the change's hash with
 //! the index's; it waits while either is behind, and the queue retries with the newer changes the
 //! watch brings meanwhile. The order matters: another replica's newer write that lands before
 //! our read of the workload implies a newer config, which this check sees; one that lands after
-//! it fails our write's resourceVersion test. Outside handovers nothing is checked.
+//! it fails our write's resourceVersion test. Outside handovers, and in namespaces whose owner
+//! stayed the same, nothing is checked.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

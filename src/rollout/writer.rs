@@ -392,7 +392,7 @@ impl KubeWriter {
             info!(workload = %key, "workload vanished before its reload was written, dropped");
             return Ok(None);
         };
-        let template_changes = match self.ownership.settling() {
+        let template_changes = match self.ownership.settling_in(&key.namespace) {
             true => self.config_views.ensure_current(changes).await?,
             false => changes.iter().map(|c| c.change.clone()).collect(),
         };

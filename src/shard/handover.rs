@@ -107,6 +107,39 @@ impl ShardView {
     }
 }
 
+/// The assignments this replica installed since writes last stopped checking their config view
+/// (the settle window last closed), as (the one acted on before, the one installed) pairs:
+/// which namespaces another replica may have acted on from its own view meanwhile. Only those
+/// need the write-time check; a namespace whose owner stayed the same had one replica acting on
+/// it throughout, so its writes go ahead without a GET (issue 43: a handover anywhere made
+/// every write of every replica check its view, and wait while the view lagged).
+#[derive(Debug, Default, Clone)]
+pub struct Moves {
+    steps: Vec<(Option<Arc<Assignment>>, Arc<Assignment>)>,
+}
+
+impl Moves {
+    pub fn record(&mut self, before: Option<Arc<Assignment>>, installed: Arc<Assignment>) {
+        self.steps.push((before, installed));
+    }
+
+    pub fn clear(&mut self) {
+        self.steps.clear();
+    }
+
+    /// Whether another replica may have acted on `namespace`: its owner differs between two
+    /// assignments installed one after the other, or what happened between them is not known
+    /// (a first assignment: whoever acted before this replica started; a skipped generation:
+    /// an assignment this replica never saw may have given it to another).
+    pub fn moved(&self, namespace: &str) -> bool {
+        self.steps.iter().any(|(before, installed)| match before {
+            None => true,
+            Some(b) if installed.generation != b.generation + 1 => true,
+            Some(b) => b.owner(namespace) != installed.owner(namespace),
+        })
+    }
+}
+
 /// Namespaces this replica must start or stop indexing, for an assignment generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnershipChange {

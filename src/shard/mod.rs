@@ -16,12 +16,12 @@ pub mod ring;
 pub mod server_sharding;
 
 pub use assignment::{Assignment, Scheme};
-pub use handover::{SETTLE_WINDOW, ShardView};
+pub use handover::{Moves, SETTLE_WINDOW, ShardView};
 use server_sharding::SelectorFeed;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashSet;
@@ -35,6 +35,9 @@ pub struct ShardState {
     last_renew_ms: AtomicU64,
     /// Milliseconds since `epoch` of the last assignment change or handover step (0: none yet).
     changed_at_ms: AtomicU64,
+    /// The assignments installed since the settle window last closed (changed under the view's
+    /// lock): which namespaces' writes check their config view.
+    moves: Mutex<Moves>,
     /// Past this without a renewal the replica is fenced (shorter than the Lease duration, so it
     /// stops before anyone else can take over its namespaces).
     renew_deadline: Duration,
@@ -57,6 +60,7 @@ impl ShardState {
             epoch: Instant::now(),
             last_renew_ms: AtomicU64::new(0),
             changed_at_ms: AtomicU64::new(0),
+            moves: Mutex::default(),
             renew_deadline,
             selector,
             server_sharding: AtomicBool::new(false),
@@ -108,13 +112,11 @@ impl ShardState {
     /// have acted on this replica's namespaces from its own view, so writes first check that this
     /// replica's view of their configs has caught up with the API server.
     fn settling(&self) -> bool {
-        if self
-            .view
-            .read()
-            .expect("shard view lock")
-            .previous
-            .is_some()
-        {
+        self.settling_with(&self.view.read().expect("shard view lock"))
+    }
+
+    fn settling_with(&self, view: &ShardView) -> bool {
+        if view.previous.is_some() {
             return true;
         }
         let changed = self.changed_at_ms.load(Ordering::Acquire);
@@ -124,6 +126,12 @@ impl ShardState {
                 .elapsed()
                 .saturating_sub(Duration::from_millis(changed))
                 < SETTLE_WINDOW
+    }
+
+    /// [`Self::settling`], and `namespace` may have had another acting owner since the window
+    /// opened ([`Moves::moved`]): only then do its writes check their config view.
+    fn settling_in(&self, namespace: &str) -> bool {
+        self.settling() && self.moves.lock().expect("moves lock").moved(namespace)
     }
 
     pub fn view(&self) -> ShardView {
@@ -140,7 +148,18 @@ impl ShardState {
     pub fn update_view<R>(&self, change: impl FnOnce(&mut ShardView) -> R) -> R {
         let mut view = self.view.write().expect("shard view lock");
         let before = view.generation();
+        let acted_on = view.current.clone();
+        let was_settling = self.settling_with(&view);
         let result = change(&mut view);
+        if view.generation() != before
+            && let Some(installed) = view.current.clone()
+        {
+            let mut moves = self.moves.lock().expect("moves lock");
+            if !was_settling {
+                moves.clear();
+            }
+            moves.record(acted_on, installed);
+        }
         if view.generation() != before || view.previous.is_some() {
             let ms = self.epoch.elapsed().as_millis() as u64;
             self.changed_at_ms.store(ms.max(1), Ordering::Release);
@@ -298,6 +317,14 @@ impl Ownership {
     /// `ShardState::settling`). Never with a single unsharded replica.
     pub fn settling(&self) -> bool {
         self.shard.as_ref().is_some_and(|s| s.settling())
+    }
+
+    /// True while writes in `namespace` must check their config view: a handover window is open
+    /// and the namespace's owner changed in it (`ShardState::settling_in`).
+    pub fn settling_in(&self, namespace: &str) -> bool {
+        self.shard
+            .as_ref()
+            .is_some_and(|s| s.settling_in(namespace))
     }
 
     pub fn shard(&self) -> Option<&Arc<ShardState>> {
@@ -473,6 +500,45 @@ mod tests {
         assert!(!settled.settling(), "past the window with no handover");
         settled.view.write().unwrap().previous = Some(first);
         assert!(settled.settling(), "a handover under way");
+    }
+
+    #[test]
+    fn after_the_window_closed_only_namespaces_that_moved_check_their_view() {
+        let assignment = |g: u64, members: &[&str]| {
+            Arc::new(Assignment {
+                generation: g,
+                members: members.iter().map(|m| m.to_string()).collect(),
+                ..Default::default()
+            })
+        };
+        let namespaces: Vec<String> = (0..100).map(|i| format!("team-{i}")).collect();
+        let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
+        let o = Ownership::sharded(Vec::new(), me.clone());
+        me.update_view(|v| v.install(assignment(1, &["r0", "r1"])));
+        assert!(
+            namespaces.iter().all(|ns| o.settling_in(ns)),
+            "a first assignment: anyone may have acted before"
+        );
+        // The window closes (as if the last change were long ago) and nothing moves.
+        me.update_view(|v| v.previous = None);
+        me.changed_at_ms.store(0, Ordering::Release);
+        assert!(namespaces.iter().all(|ns| !o.settling_in(ns)), "settled");
+        // r2 joins: only what it takes moves; r0's and r1's other namespaces write at once.
+        let three = assignment(2, &["r0", "r1", "r2"]);
+        me.update_view(|v| v.install(three.clone()));
+        let two = me
+            .view()
+            .previous
+            .expect("the overlap keeps the previous assignment");
+        for ns in &namespaces {
+            assert_eq!(
+                o.settling_in(ns),
+                two.owner(ns) != three.owner(ns),
+                "{ns}: checks its view exactly when its owner changed"
+            );
+        }
+        assert!(namespaces.iter().any(|ns| o.settling_in(ns)));
+        assert!(namespaces.iter().any(|ns| !o.settling_in(ns)));
     }
 
     #[test]
