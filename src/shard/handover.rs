@@ -107,36 +107,65 @@ impl ShardView {
     }
 }
 
-/// The assignments this replica installed since writes last stopped checking their config view
-/// (the settle window last closed), as (the one acted on before, the one installed) pairs:
-/// which namespaces another replica may have acted on from its own view meanwhile. Only those
-/// need the write-time check; a namespace whose owner stayed the same had one replica acting on
-/// it throughout, so its writes go ahead without a GET (issue 43: a handover anywhere made
-/// every write of every replica check its view, and wait while the view lagged).
+/// The assignments this replica installed, as (the one acted on before, the one installed)
+/// pairs, each kept until [`SETTLE_WINDOW`] after the handover that followed it completed: which
+/// namespaces another replica may have acted on from its own view meanwhile. Only those need the
+/// write-time check; a namespace whose owner stayed the same had one replica acting on it
+/// throughout, so its writes go ahead without a GET (issue 43: a handover anywhere made every
+/// write of every replica check its view, and wait while the view lagged). Times are
+/// milliseconds on the replica's monotonic clock.
 #[derive(Debug, Default, Clone)]
 pub struct Moves {
-    steps: Vec<(Option<Arc<Assignment>>, Arc<Assignment>)>,
+    steps: Vec<Move>,
+}
+
+#[derive(Debug, Clone)]
+struct Move {
+    before: Option<Arc<Assignment>>,
+    installed: Arc<Assignment>,
+    /// When the view next had no previous assignment (every handover up to this one complete);
+    /// `None` while one is under way.
+    settled_at_ms: Option<u64>,
 }
 
 impl Moves {
     pub fn record(&mut self, before: Option<Arc<Assignment>>, installed: Arc<Assignment>) {
-        self.steps.push((before, installed));
+        self.steps.push(Move {
+            before,
+            installed,
+            settled_at_ms: None,
+        });
     }
 
-    pub fn clear(&mut self) {
-        self.steps.clear();
+    /// The view has no previous assignment at `now_ms`: every move recorded so far has settled.
+    /// Moves settled more than [`SETTLE_WINDOW`] ago are forgotten.
+    pub fn settled(&mut self, now_ms: u64) {
+        for step in &mut self.steps {
+            step.settled_at_ms.get_or_insert(now_ms);
+        }
+        self.steps.retain(|step| step.live(now_ms));
     }
 
-    /// Whether another replica may have acted on `namespace`: its owner differs between two
-    /// assignments installed one after the other, or what happened between them is not known
-    /// (a first assignment: whoever acted before this replica started; a skipped generation:
-    /// an assignment this replica never saw may have given it to another).
-    pub fn moved(&self, namespace: &str) -> bool {
-        self.steps.iter().any(|(before, installed)| match before {
-            None => true,
-            Some(b) if installed.generation != b.generation + 1 => true,
-            Some(b) => b.owner(namespace) != installed.owner(namespace),
-        })
+    /// Whether another replica may have acted on `namespace` lately: a move not yet settled for
+    /// [`SETTLE_WINDOW`] gave it a different owner, or what happened before that move is not
+    /// known (a first assignment: whoever acted before this replica started; a skipped
+    /// generation: an assignment this replica never saw may have given it to another).
+    pub fn moved(&self, namespace: &str, now_ms: u64) -> bool {
+        self.steps
+            .iter()
+            .filter(|step| step.live(now_ms))
+            .any(|step| match &step.before {
+                None => true,
+                Some(b) if step.installed.generation != b.generation + 1 => true,
+                Some(b) => b.owner(namespace) != step.installed.owner(namespace),
+            })
+    }
+}
+
+impl Move {
+    fn live(&self, now_ms: u64) -> bool {
+        self.settled_at_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) < SETTLE_WINDOW.as_millis() as u64)
     }
 }
 

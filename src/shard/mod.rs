@@ -35,8 +35,8 @@ pub struct ShardState {
     last_renew_ms: AtomicU64,
     /// Milliseconds since `epoch` of the last assignment change or handover step (0: none yet).
     changed_at_ms: AtomicU64,
-    /// The assignments installed since the settle window last closed (changed under the view's
-    /// lock): which namespaces' writes check their config view.
+    /// The assignments installed lately (changed under the view's lock): which namespaces'
+    /// writes check their config view.
     moves: Mutex<Moves>,
     /// Past this without a renewal the replica is fenced (shorter than the Lease duration, so it
     /// stops before anyone else can take over its namespaces).
@@ -112,10 +112,7 @@ impl ShardState {
     /// have acted on this replica's namespaces from its own view, so writes first check that this
     /// replica's view of their configs has caught up with the API server.
     fn settling(&self) -> bool {
-        self.settling_with(&self.view.read().expect("shard view lock"))
-    }
-
-    fn settling_with(&self, view: &ShardView) -> bool {
+        let view = self.view.read().expect("shard view lock");
         if view.previous.is_some() {
             return true;
         }
@@ -128,10 +125,14 @@ impl ShardState {
                 < SETTLE_WINDOW
     }
 
-    /// [`Self::settling`], and `namespace` may have had another acting owner since the window
-    /// opened ([`Moves::moved`]): only then do its writes check their config view.
+    /// Whether writes in `namespace` check their config view: another replica may have acted on
+    /// it lately ([`Moves::moved`]).
     fn settling_in(&self, namespace: &str) -> bool {
-        self.settling() && self.moves.lock().expect("moves lock").moved(namespace)
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        self.moves
+            .lock()
+            .expect("moves lock")
+            .moved(namespace, now_ms)
     }
 
     pub fn view(&self) -> ShardView {
@@ -149,17 +150,17 @@ impl ShardState {
         let mut view = self.view.write().expect("shard view lock");
         let before = view.generation();
         let acted_on = view.current.clone();
-        let was_settling = self.settling_with(&view);
         let result = change(&mut view);
+        let mut moves = self.moves.lock().expect("moves lock");
         if view.generation() != before
             && let Some(installed) = view.current.clone()
         {
-            let mut moves = self.moves.lock().expect("moves lock");
-            if !was_settling {
-                moves.clear();
-            }
             moves.record(acted_on, installed);
         }
+        if view.previous.is_none() {
+            moves.settled(self.epoch.elapsed().as_millis() as u64);
+        }
+        drop(moves);
         if view.generation() != before || view.previous.is_some() {
             let ms = self.epoch.elapsed().as_millis() as u64;
             self.changed_at_ms.store(ms.max(1), Ordering::Release);
@@ -503,7 +504,7 @@ mod tests {
     }
 
     #[test]
-    fn after_the_window_closed_only_namespaces_that_moved_check_their_view() {
+    fn once_the_first_assignment_settled_only_namespaces_that_moved_check_their_view() {
         let assignment = |g: u64, members: &[&str]| {
             Arc::new(Assignment {
                 generation: g,
@@ -514,14 +515,15 @@ mod tests {
         let namespaces: Vec<String> = (0..100).map(|i| format!("team-{i}")).collect();
         let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
         let o = Ownership::sharded(Vec::new(), me.clone());
+        assert!(!o.settling_in("team-0"), "nothing assigned yet");
         me.update_view(|v| v.install(assignment(1, &["r0", "r1"])));
         assert!(
             namespaces.iter().all(|ns| o.settling_in(ns)),
             "a first assignment: anyone may have acted before"
         );
-        // The window closes (as if the last change were long ago) and nothing moves.
-        me.update_view(|v| v.previous = None);
-        me.changed_at_ms.store(0, Ordering::Release);
+        // The first assignment's window passes.
+        let later = me.epoch.elapsed() + SETTLE_WINDOW + Duration::from_secs(1);
+        me.moves.lock().unwrap().settled(later.as_millis() as u64);
         assert!(namespaces.iter().all(|ns| !o.settling_in(ns)), "settled");
         // r2 joins: only what it takes moves; r0's and r1's other namespaces write at once.
         let three = assignment(2, &["r0", "r1", "r2"]);
