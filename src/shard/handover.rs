@@ -23,8 +23,9 @@
 //!            |             +-----------------------------------------------+
 //!            |                           |  every live previous owner reports released >= G
 //!            |        complete           v  (a dead one is fenced: it cannot write)
-//!            +------------------------ previous = none; writes check their view for
-//!                                      SETTLE_WINDOW more (rollout/config_view.rs)
+//!            +------------------------ previous = none; writes in the namespaces that
+//!                                      moved check their view for SETTLE_WINDOW more
+//!                                      (`Moves`, rollout/config_view.rs)
 //! ```
 //! A newer generation installed at any step starts a new overlap from the last settled
 //! assignment; each transition re-checks the generation under the view's lock, so a decision

@@ -33,8 +33,6 @@ pub struct ShardState {
     epoch: Instant,
     /// Milliseconds since `epoch` of the last successful membership renewal.
     last_renew_ms: AtomicU64,
-    /// Milliseconds since `epoch` of the last assignment change or handover step (0: none yet).
-    changed_at_ms: AtomicU64,
     /// The assignments installed lately (changed under the view's lock): which namespaces'
     /// writes check their config view.
     moves: Mutex<Moves>,
@@ -59,7 +57,6 @@ impl ShardState {
             view: RwLock::new(ShardView::default()),
             epoch: Instant::now(),
             last_renew_ms: AtomicU64::new(0),
-            changed_at_ms: AtomicU64::new(0),
             moves: Mutex::default(),
             renew_deadline,
             selector,
@@ -108,25 +105,9 @@ impl ShardState {
             .any(|a| a.owner(namespace) == Some(self.me.as_str()))
     }
 
-    /// A handover is under way, or ended less than [`SETTLE_WINDOW`] ago: another replica may
-    /// have acted on this replica's namespaces from its own view, so writes first check that this
-    /// replica's view of their configs has caught up with the API server.
-    fn settling(&self) -> bool {
-        let view = self.view.read().expect("shard view lock");
-        if view.previous.is_some() {
-            return true;
-        }
-        let changed = self.changed_at_ms.load(Ordering::Acquire);
-        changed > 0
-            && self
-                .epoch
-                .elapsed()
-                .saturating_sub(Duration::from_millis(changed))
-                < SETTLE_WINDOW
-    }
-
-    /// Whether writes in `namespace` check their config view: another replica may have acted on
-    /// it lately ([`Moves::moved`]).
+    /// Whether writes in `namespace` check that this replica's view of their configs has caught
+    /// up with the API server: another replica may have acted on it lately from its own view
+    /// ([`Moves::moved`]).
     fn settling_in(&self, namespace: &str) -> bool {
         let now_ms = self.epoch.elapsed().as_millis() as u64;
         self.moves
@@ -161,10 +142,6 @@ impl ShardState {
             moves.settled(self.epoch.elapsed().as_millis() as u64);
         }
         drop(moves);
-        if view.generation() != before || view.previous.is_some() {
-            let ms = self.epoch.elapsed().as_millis() as u64;
-            self.changed_at_ms.store(ms.max(1), Ordering::Release);
-        }
         // Under the lock, so two updates never publish out of order.
         if self.server_sharding() {
             self.selector
@@ -314,14 +291,9 @@ impl Ownership {
             .any(|ns| self.writes_in_flight.contains_key(ns.as_str()))
     }
 
-    /// True while writes must check their config view against the API server (see
-    /// `ShardState::settling`). Never with a single unsharded replica.
-    pub fn settling(&self) -> bool {
-        self.shard.as_ref().is_some_and(|s| s.settling())
-    }
-
-    /// True while writes in `namespace` must check their config view: a handover window is open
-    /// and the namespace's owner changed in it (`ShardState::settling_in`).
+    /// True while writes in `namespace` must check their config view: another replica may have
+    /// acted on it lately, its owner having changed in a handover not yet [`SETTLE_WINDOW`] past
+    /// (`ShardState::settling_in`, [`Moves`]).
     pub fn settling_in(&self, namespace: &str) -> bool {
         self.shard
             .as_ref()
@@ -469,41 +441,6 @@ mod tests {
     }
 
     #[test]
-    fn writes_check_their_view_during_a_handover_and_for_a_while_after() {
-        let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
-        let o = Ownership::sharded(Vec::new(), me.clone());
-        assert!(!o.settling(), "nothing assigned yet");
-        assert!(!Ownership::new(Vec::<String>::new(), false).settling());
-        let first = Arc::new(Assignment {
-            generation: 1,
-            members: vec!["r0".into()],
-            ..Default::default()
-        });
-        me.set_view(ShardView {
-            current: Some(first.clone()),
-            previous: None,
-            released_previous: false,
-        });
-        assert!(
-            o.settling(),
-            "a first assignment is a handover from whoever acted before"
-        );
-        // Pretend the change was long ago: settled, until a handover starts.
-        me.changed_at_ms.store(1, Ordering::Release);
-        std::thread::sleep(Duration::from_millis(5));
-        let epoch_shift = SETTLE_WINDOW + Duration::from_secs(1);
-        let settled = ShardState {
-            epoch: Instant::now() - epoch_shift,
-            ..ShardState::new("r0".into(), Duration::from_secs(10))
-        };
-        settled.changed_at_ms.store(1, Ordering::Release);
-        *settled.view.write().unwrap() = me.view();
-        assert!(!settled.settling(), "past the window with no handover");
-        settled.view.write().unwrap().previous = Some(first);
-        assert!(settled.settling(), "a handover under way");
-    }
-
-    #[test]
     fn once_the_first_assignment_settled_only_namespaces_that_moved_check_their_view() {
         let assignment = |g: u64, members: &[&str]| {
             Arc::new(Assignment {
@@ -516,6 +453,7 @@ mod tests {
         let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
         let o = Ownership::sharded(Vec::new(), me.clone());
         assert!(!o.settling_in("team-0"), "nothing assigned yet");
+        assert!(!Ownership::new(Vec::<String>::new(), false).settling_in("team-0"));
         me.update_view(|v| v.install(assignment(1, &["r0", "r1"])));
         assert!(
             namespaces.iter().all(|ns| o.settling_in(ns)),
