@@ -440,15 +440,16 @@ mod tests {
         assert!((10..40).contains(&mine), "{mine}");
     }
 
+    fn assignment(generation: u64, members: &[&str]) -> Arc<Assignment> {
+        Arc::new(Assignment {
+            generation,
+            members: members.iter().map(|m| m.to_string()).collect(),
+            ..Default::default()
+        })
+    }
+
     #[test]
     fn once_the_first_assignment_settled_only_namespaces_that_moved_check_their_view() {
-        let assignment = |g: u64, members: &[&str]| {
-            Arc::new(Assignment {
-                generation: g,
-                members: members.iter().map(|m| m.to_string()).collect(),
-                ..Default::default()
-            })
-        };
         let namespaces: Vec<String> = (0..100).map(|i| format!("team-{i}")).collect();
         let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
         let o = Ownership::sharded(Vec::new(), me.clone());
@@ -483,13 +484,6 @@ mod tests {
 
     #[test]
     fn a_handover_completed_from_a_stale_snapshot_never_reverts_a_newer_assignment() {
-        let assignment = |g: u64, members: &[&str]| {
-            Arc::new(Assignment {
-                generation: g,
-                members: members.iter().map(|m| m.to_string()).collect(),
-                ..Default::default()
-            })
-        };
         let mut view = ShardView::default();
         assert!(view.install(assignment(1, &["r0"])));
         assert!(view.install(assignment(2, &["r0", "r1", "r2"])));
