@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::{Span, debug, info, info_span, warn};
+use tracing::{Span, debug, info_span};
 
 use crate::config::Settings;
 use crate::decide::{
@@ -22,7 +22,10 @@ use crate::spans::ConfigCause;
 use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
 
 mod breaker;
+mod churn;
+mod halts;
 pub mod intake;
+mod recovery;
 use crate::shard::acted::ActedTracker;
 pub use breaker::{BreakerNotice, ChurnBreaker};
 
@@ -342,117 +345,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         }
     }
 
-    /// A new value of the config's `kube-reloader.io/resume` releases its halted change.
-    fn release_if_resumed(
-        &self,
-        key: &ConfigKey,
-        previous: Option<&ConfigState>,
-        state: &ConfigState,
-    ) {
-        let resume = |s: &ConfigState| s.waves.as_ref().and_then(|w| w.resume.clone());
-        let Some(runner) = &self.waves else { return };
-        let now = resume(state);
-        if now.is_some() && now != previous.and_then(resume) && runner.release(key) {
-            info!(config = %key, "resume annotation changed: releasing the halted change");
-        }
-    }
-
-    /// The churn breaker lets this content change roll the workloads (no breaker: always).
-    fn admitted(&self, event: &ConfigEvent<'_>) -> bool {
-        let Some(breaker) = &self.breaker else {
-            return true;
-        };
-        // Only configs some workload uses count: an unused one rolls nothing anyway.
-        if !self.index.is_used(event.key) {
-            return true;
-        }
-        let now = tokio::time::Instant::now();
-        match breaker.admit(event.key, now, event.previous) {
-            breaker::Admit::Pass => true,
-            breaker::Admit::Hold => {
-                debug!(config = %event.key, "churn breaker open: change held");
-                false
-            }
-            breaker::Admit::Trip { changes } => {
-                let b = breaker.settings();
-                warn!(config = %event.key, changes, window = ?b.window, quiet = ?b.quiet,
-                    "churn breaker opened: the config changes too often, its workloads are held \
-                     until it has been stable for the quiet period");
-                self.notify(BreakerNotice::Opened {
-                    config: event.key.clone(),
-                    changes,
-                });
-                false
-            }
-        }
-    }
-
-    fn notify(&self, notice: BreakerNotice) {
-        self.observer.breaker(&notice);
-        if let Some(notices) = &self.breaker_notices {
-            let _ = notices.send(notice);
-        }
-    }
-
-    /// Rolls, once, the workloads of configs whose breaker has been quiet long enough, to the
-    /// config's latest state. Returns how many workloads were queued.
-    pub fn release_due_breakers(&self) -> usize {
-        let Some(breaker) = &self.breaker else {
-            return 0;
-        };
-        let mut queued = 0;
-        for (key, held) in breaker.due(tokio::time::Instant::now()) {
-            let state = self.index.config(&key);
-            let affected = match &state {
-                Some(state) if self.ownership.owns(&key.namespace) => {
-                    let back_where_it_was = held
-                        .before
-                        .as_ref()
-                        .is_some_and(|b| b.digest == state.digest);
-                    match back_where_it_was {
-                        true => 0,
-                        false => self.fan_out(ConfigEvent {
-                            key: &key,
-                            state,
-                            previous: held.before.as_ref(),
-                            deleted: false,
-                            observed_at: Instant::now(),
-                            pins_acted: true,
-                            skip_current: false,
-                        }),
-                    }
-                }
-                _ => 0,
-            };
-            info!(config = %key, held = held.held_changes, affected, "churn breaker closed: the config was stable for the quiet period");
-            self.notify(BreakerNotice::Released {
-                config: key,
-                held: held.held_changes,
-                affected,
-            });
-            queued += affected;
-        }
-        queued
-    }
-
-    /// Releases quiet breakers as they fall due; returns at once without `--churn-limit`.
-    pub async fn run_breaker_releases(self: Arc<Self>) {
-        let Some(breaker) = self.breaker.clone() else {
-            return;
-        };
-        loop {
-            // Without an open breaker, still wake once a window to forget quiet configs.
-            let wake = breaker
-                .next_release()
-                .unwrap_or_else(|| tokio::time::Instant::now() + breaker.settings().window);
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake) => {}
-                _ = breaker.opened() => {}
-            }
-            self.release_due_breakers();
-        }
-    }
-
     /// A config was deleted. Returns how many workloads were queued.
     pub fn config_deleted(&self, key: &ConfigKey) -> usize {
         if let Some(breaker) = &self.breaker {
@@ -640,71 +532,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         Arc::new(move |workload, change, priority| queue.enqueue_as(workload, change, priority))
     }
 
-    /// `key` is halted on its current value (its stale workloads are held, not rolled).
-    fn halted_now(&self, key: &ConfigKey, state: &ConfigState) -> bool {
-        self.waves
-            .as_ref()
-            .is_some_and(|runner| runner.holds(key, &state.digest.reloader_hash()))
-    }
-
-    /// Holds again what the kept halts of configs in `namespaces` (`None`: every owned one)
-    /// held, before anything reconciles them. A halt whose config changed, was released (its
-    /// `kube-reloader.io/resume` changed) or is gone no longer holds: forgotten, and a release
-    /// rolls what it held once. Returns the halts held again.
-    pub fn restore_halts(
-        &self,
-        records: &[HaltRecord],
-        namespaces: Option<&std::collections::HashSet<String>>,
-    ) -> usize {
-        let Some(runner) = &self.waves else { return 0 };
-        let mut restored = 0;
-        for record in records {
-            let Ok(key) = record.config() else { continue };
-            if namespaces.is_some_and(|set| !set.contains(&*key.namespace))
-                || !self.ownership.owns(&key.namespace)
-            {
-                continue;
-            }
-            let Some(state) = self.index.config(&key) else {
-                runner.forget(&key);
-                continue;
-            };
-            if state.digest.reloader_hash() != record.hash {
-                info!(config = %key, "a kept halt ended: the config changed since");
-                runner.forget(&key);
-                continue;
-            }
-            let items = self.held_items(&key, &state);
-            let resume = state.waves.as_ref().and_then(|w| w.resume.clone());
-            if resume.is_some() && resume != record.resume {
-                info!(config = %key, held = items.len(), "a kept halt was released meanwhile: rolling what it held");
-                runner.forget(&key);
-                self.enqueue_all(items);
-                continue;
-            }
-            runner.restore(record, key, items, self.wave_sink());
-            restored += 1;
-        }
-        restored
-    }
-
-    /// The workloads a change of `key` to `state` would roll that are not on its value yet.
-    fn held_items(&self, key: &ConfigKey, state: &ConfigState) -> Vec<WaveItem> {
-        let span = crate::spans::config_change(key, ConfigCause::HeldByHalt);
-        let mut items = Vec::new();
-        for entry in self.index.candidates(key) {
-            if records_current(&entry, key, state) {
-                continue;
-            }
-            let Some(reason) = self.decide(key, state, &entry) else {
-                continue;
-            };
-            // The kept halt finds these again.
-            items.push(self.unpinned_item(&entry, key, state, reason, &span, Priority::Live));
-        }
-        items
-    }
-
     /// A reload of `entry` to `state`'s current value that holds no acted version: whoever owns
     /// the workload next finds it again (by the hash it records, or by a kept halt).
     fn unpinned_item(
@@ -779,103 +606,6 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             span,
             acted: pins_acted.then(|| self.acted.change_pending(key.kind, version)),
         }
-    }
-
-    /// A change the previous owner of the config's namespace had not acted on when it stopped
-    /// (found by a takeover's catch-up): the indexed state differs from `before`, the state at
-    /// the version it had acted up to (`None`: the config did not exist then, which is a
-    /// creation unless the history was compacted and the caller cannot tell). Fans the indexed
-    /// state out as a live change would; workloads already carrying its hash write nothing.
-    pub fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
-        let Some(state) = self.index.config(key) else {
-            return 0;
-        };
-        if !self.ownership.owns(&key.namespace)
-            || before.is_some_and(|b| b.digest == state.digest)
-            || self.halted_now(key, &state)
-        {
-            return 0;
-        }
-        let event = ConfigEvent {
-            key,
-            state: &state,
-            previous: before,
-            deleted: false,
-            observed_at: Instant::now(),
-            // A roll after a compaction holds it too: its namespace may move before it is
-            // written, and the next owner must then fall back to the same configs.
-            pins_acted: true,
-            skip_current: true,
-        };
-        match self.admitted(&event) {
-            true => self.fan_out(event),
-            false => 0,
-        }
-    }
-
-    /// After a sync (start, a namespace entering the selection): queue workloads whose recorded
-    /// hash differs from their config's current hash. Workloads with no recorded hash are left
-    /// alone, so a start never rolls the cluster.
-    pub fn reconcile_recorded(
-        &self,
-        namespaces: Option<&std::collections::HashSet<String>>,
-    ) -> usize {
-        // Per config, so that a config's stale workloads go through its wave policy as a
-        // change would: a halt is found again after a restart or a handover (the canaries
-        // still fail) instead of every held workload being rolled.
-        let mut by_config: std::collections::HashMap<ConfigKey, (ConfigState, Vec<WaveItem>)> =
-            Default::default();
-        for entry in self.index.workloads_in(None) {
-            if namespaces.is_some_and(|set| !set.contains(&*entry.key.namespace))
-                || !self.ownership.owns(&entry.key.namespace)
-            {
-                continue;
-            }
-            for u in &entry.uses {
-                if let Some((key, state, item)) = self.stale_use(&entry, u) {
-                    let group = by_config.entry(key).or_insert_with(|| (state, Vec::new()));
-                    group.1.push(item);
-                }
-            }
-        }
-        let mut queued = 0;
-        for (key, (state, items)) in by_config {
-            queued += items.len();
-            self.dispatch(&key, &state, false, items);
-        }
-        if queued > 0 {
-            info!(
-                queued,
-                "reloading workloads whose configs changed while they were not watched"
-            );
-        }
-        queued
-    }
-
-    /// The reload of `entry` for the config `u` names, when the hash it records is not the
-    /// config's current one (`None`: current, never recorded, or not reloaded by policy).
-    fn stale_use(
-        &self,
-        entry: &WorkloadEntry,
-        u: &crate::index::IndexedUse,
-    ) -> Option<(ConfigKey, ConfigState, WaveItem)> {
-        let recorded = u.recorded.as_deref()?;
-        let key = ConfigKey {
-            kind: u.kind,
-            namespace: entry.key.namespace.clone(),
-            name: u.name.clone(),
-        };
-        let state = self.index.config(&key)?;
-        // Either form counts as current, whatever the mode now: switching it rolls nothing
-        // while per-key digests are kept (docs/precise-reloads.md). A halt holds the rest.
-        if state.is_current(recorded, &u.reads) || self.halted_now(&key, &state) {
-            return None;
-        }
-        let reason = self.decide(&key, &state, entry)?;
-        let span = crate::spans::config_change(&key, ConfigCause::MissedWhileDown);
-        // Behind live changes: a start-up must not delay what users change now.
-        let item = self.unpinned_item(entry, &key, &state, reason, &span, Priority::Background);
-        Some((key, state, item))
     }
 }
 
