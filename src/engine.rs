@@ -77,6 +77,10 @@ struct ConfigEvent<'a> {
     /// value was rolled by whoever acted on it. Queued, it would write nothing and only hold the
     /// acted version for as long as the queue takes to reach it.
     skip_current: bool,
+    /// `Live` for a change seen now; `Background` for a change nobody acted on that recovery
+    /// found (a catch-up, a backfill list newer than the index): late already, it never delays
+    /// a live change, in the scheduler or at the rate limiter.
+    priority: Priority,
 }
 
 impl ConfigEvent<'_> {
@@ -306,13 +310,17 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             observed_at,
             pins_acted: true,
             skip_current: false,
+            priority: Priority::Live,
         };
         if matches!(phase, Phase::Backfill | Phase::BackfillAfterChange) {
             // Never replaces what the watch delivered with an older snapshot (that would
             // "change" the config back); a newer one is a change this replica has not acted on.
             let deferred = phase == Phase::BackfillAfterChange;
             return match self.index.backfill_config(key.clone(), state.clone()) {
-                ConfigTransition::Changed if self.admitted(&event) => self.fan_out(event),
+                ConfigTransition::Changed if self.admitted(&event) => self.fan_out(ConfigEvent {
+                    priority: Priority::Background,
+                    ..event
+                }),
                 ConfigTransition::Created if deferred && self.admitted(&event) => {
                     self.fan_out(event)
                 }
@@ -364,6 +372,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             observed_at: Instant::now(),
             pins_acted: true,
             skip_current: false,
+            priority: Priority::Live,
         })
     }
 
@@ -404,7 +413,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                         canary: entry.canary,
                     },
                     change: self.queued_change(&entry, change, &span),
-                    priority: Priority::Live,
+                    priority: event.priority,
                 });
             }
         }

@@ -8,7 +8,7 @@ use tracing::{debug, info, warn};
 
 use super::breaker::Admit;
 use super::{BreakerNotice, ConfigEvent, ConfigObserver, Engine};
-use crate::rollout::{QueueObserver, WorkloadWriter};
+use crate::rollout::{Priority, QueueObserver, WorkloadWriter};
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     /// The churn breaker lets this content change roll the workloads (no breaker: always).
@@ -73,6 +73,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                             observed_at: Instant::now(),
                             pins_acted: true,
                             skip_current: false,
+                            priority: Priority::Live,
                         }),
                     }
                 }

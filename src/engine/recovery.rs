@@ -38,6 +38,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             // written, and the next owner must then fall back to the same configs.
             pins_acted: true,
             skip_current: true,
+            priority: Priority::Background,
         };
         match self.admitted(&event) {
             true => self.fan_out(event),

@@ -288,6 +288,44 @@ async fn a_backfill_newer_than_the_index_is_a_change() {
     assert_eq!(writes.0.lock().unwrap().len(), 1);
 }
 
+/// What recovery finds (a backfill list newer than the index, a departed owner's missed change)
+/// is late already: it is queued behind live changes, never ahead of them (issue 43).
+#[tokio::test]
+async fn changes_recovery_finds_queue_behind_live_ones() {
+    let (e, _writes) = engine(&[]);
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    let workload = WorkloadKey::new(WorkloadKind::Deployment, "ns", "auto");
+    let priority = |e: &Engine<Writes, ()>| e.queue().inspect(&workload).map(|q| q.priority);
+    let at = |value, rv| ConfigState {
+        keys: Default::default(),
+        resource_version: rv,
+        ..state(value)
+    };
+    e.config_applied(cfg(), at("v1", 10), Phase::Startup);
+    assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Live), 1);
+    assert_eq!(priority(&e), Some(Priority::Live), "a change seen now");
+    settle(&e).await;
+    assert_eq!(e.config_applied(cfg(), at("v3", 30), Phase::Backfill), 1);
+    assert_eq!(
+        priority(&e),
+        Some(Priority::Background),
+        "a backfill's newer snapshot"
+    );
+    settle(&e).await;
+    let before = at("v2", 20);
+    assert_eq!(e.missed_change(&cfg(), Some(&before)), 1);
+    assert_eq!(
+        priority(&e),
+        Some(Priority::Background),
+        "a catch-up's missed change"
+    );
+}
+
 /// A namespace gained with nothing kept of it: a live change of its config arrived while its
 /// workloads were being listed, so it was left to the backfill's config list. That list brings
 /// a config the index never held: it changed, and the workload (which recorded no hash of it

@@ -55,7 +55,8 @@ pub type TenantId = Arc<str>;
 pub enum Priority {
     /// A config change seen now: someone is waiting for it.
     Live,
-    /// Start-up reconciliation of recorded hashes, and retries of failing writes.
+    /// Start-up reconciliation of recorded hashes, changes nobody acted on that a takeover's
+    /// catch-up or a backfill finds, and retries of failing writes.
     Background,
 }
 
