@@ -1,7 +1,7 @@
 //! The engine's side of the churn breaker (`--churn-limit`): whether a config change may roll
 //! its workloads now, and rolling once, to the latest state, what a quiet breaker held.
-use std::sync::Arc;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::{debug, info, warn};

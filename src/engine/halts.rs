@@ -1,6 +1,7 @@
 //! Kept halts of changes rolled in waves: a halted change stays held across restarts and
 //! hand-overs (restored before anything reconciles its workloads), and a new value of the
 //! config's `kube-reloader.io/resume` releases it.
+
 use tracing::info;
 
 use super::{ConfigObserver, Engine, records_current};

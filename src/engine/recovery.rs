@@ -1,6 +1,7 @@
 //! Changes nobody acted on: those a departed owner missed (found by a takeover's catch-up) and
 //! workloads whose recorded hash is not their config's current one after a start or a gained
 //! namespace (the recorded-hash reconcile, behind live changes).
+
 use std::time::Instant;
 
 use tracing::info;
@@ -17,7 +18,8 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     /// (found by a takeover's catch-up): the indexed state differs from `before`, the state at
     /// the version it had acted up to (`None`: the config did not exist then, which is a
     /// creation unless the history was compacted and the caller cannot tell). Fans the indexed
-    /// state out as a live change would; workloads already carrying its hash write nothing.
+    /// state out as a change would, behind live changes (it is late already); workloads already
+    /// carrying its hash write nothing.
     pub fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
         let Some(state) = self.index.config(key) else {
             return 0;
