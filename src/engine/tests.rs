@@ -273,11 +273,6 @@ async fn a_backfill_newer_than_the_index_is_a_change() {
         json!({"reloader.stakater.com/auto": "true"}),
         json!([]),
     );
-    let at = |value, rv| ConfigState {
-        keys: Default::default(),
-        resource_version: rv,
-        ..state(value)
-    };
     e.config_applied(cfg(), at("v1", 10), Phase::Startup);
     assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Backfill), 1);
     assert_eq!(e.index.config(&cfg()), Some(at("v2", 20)));
@@ -301,11 +296,6 @@ async fn changes_recovery_finds_queue_behind_live_ones() {
     );
     let workload = WorkloadKey::new(WorkloadKind::Deployment, "ns", "auto");
     let priority = |e: &Engine<Writes, ()>| e.queue().inspect(&workload).map(|q| q.priority);
-    let at = |value, rv| ConfigState {
-        keys: Default::default(),
-        resource_version: rv,
-        ..state(value)
-    };
     e.config_applied(cfg(), at("v1", 10), Phase::Startup);
     assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Live), 1);
     assert_eq!(priority(&e), Some(Priority::Live), "a change seen now");
@@ -411,10 +401,6 @@ async fn a_live_change_left_to_the_backfill_is_rolled_when_the_backfill_lists_it
 #[tokio::test]
 async fn a_live_change_during_the_config_list_of_a_backfill_is_not_taken_for_a_creation() {
     let (e, writes, intake) = auto_deployment_with_intake();
-    let at = |value: &str, rv: u64| ConfigState {
-        resource_version: rv,
-        ..state(value)
-    };
     intake.backfill_started(&["ns".to_string()]);
     // The workloads are listed (the deployment above); the change arrives, then the list.
     assert_eq!(intake.config_applied(cfg(), at("v2", 20), Phase::Live), 0);
@@ -468,10 +454,6 @@ async fn a_live_change_during_the_config_list_of_a_backfill_is_not_taken_for_a_c
 #[tokio::test]
 async fn a_relisted_state_newer_than_the_backfill_list_is_acted_on_when_the_backfill_ends() {
     let (e, writes, intake) = auto_deployment_with_intake();
-    let at = |value: &str, rv: u64| ConfigState {
-        resource_version: rv,
-        ..state(value)
-    };
     intake.backfill_started(&["ns".to_string()]);
     assert_eq!(
         intake.config_applied(cfg(), at("v1", 10), Phase::Backfill),
