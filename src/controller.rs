@@ -13,6 +13,7 @@ use crate::alert::{AlertConfig, Alerter, ReloadWebhook};
 use crate::config::{Flags, Settings};
 use crate::digest::DigestPool;
 use crate::engine::Engine;
+use crate::handover::config_view::ConfigViews;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::events::EventSink;
@@ -269,8 +270,8 @@ fn build_pipeline(
         ownership.clone(),
         events.clone(),
         pauses.clone(),
-        index.clone(),
-    );
+    )
+    .checking_views(Arc::new(ConfigViews::new(client.clone(), index.clone())));
     let writer = Arc::new(match &shadow {
         Some(shadow) => writer.shadowing(shadow.clone()),
         None => writer,

@@ -40,6 +40,8 @@ pub mod alert;
 pub mod digest;
 /// Index events -> decisions -> queued writes.
 pub mod engine;
+/// Gaining and losing namespaces: what a replica does when ownership moves.
+pub mod handover;
 /// The reverse index: config -> workloads, with what is remembered of each.
 pub mod index;
 /// The one write path: the fair, coalescing, rate-limited queue, the writer, Events, pauses.

@@ -16,11 +16,11 @@ use tracing::Span;
 
 use common::TestNamespace;
 use common::objects::*;
+use kube_reloader::handover::config_view::ConfigViews;
 use kube_reloader::index::{ConfigState, ReverseIndex};
 use kube_reloader::model::{ConfigKey, ConfigKind};
 use kube_reloader::reloader_format::hash::{ConfigPayload, digest_payload};
 use kube_reloader::reloader_format::template::TemplateChange;
-use kube_reloader::rollout::config_view::ConfigViews;
 use kube_reloader::rollout::{QueuedChange, WriteError};
 
 fn state(value: &str, resource_version: u64) -> ConfigState {

@@ -3,8 +3,7 @@
 //! pause timers, one-time warnings. The watch layer decodes objects and calls these; it reads
 //! the index but never writes it.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +29,8 @@ use crate::shadow::observe::writes_seen;
 use crate::shard::Ownership;
 
 use super::{ConfigEvents, ConfigObserver, Engine, Phase};
-use crate::shard::acted::{ActedGuard, ActedTracker};
+use crate::handover::deferral::{Deferred, Entering};
+use crate::shard::acted::ActedTracker;
 
 /// A namespace that moved to another replica keeps its config states this long (its workloads
 /// are forgotten at once), so that if it comes back meanwhile, its backfill compares with what
@@ -53,14 +53,9 @@ pub struct Intake {
     /// Used Secrets not indexed, for the ignored-type check (`None`: no type is ignored).
     secret_notices: Option<mpsc::UnboundedSender<SecretNotice>>,
     secret_notice_receiver: Mutex<Option<mpsc::UnboundedReceiver<SecretNotice>>>,
-    /// Namespaces gained whose configs the backfill has not listed yet, each with the live
-    /// changes of its configs met meanwhile (the newest per config). Acting on such a change at
-    /// once would fan out to workloads not indexed yet, or find a config the index does not hold
-    /// and take it for a creation; either way the index would hold the new state, the backfill's
-    /// list would find nothing changed, and the reload would be lost. So the changes wait for
-    /// the list, and those it did not cover (made after its snapshot) are acted on after it.
-    /// One map entry per namespace, so deferring a change and ending the wait never interleave.
-    entering: dashmap::DashMap<String, HashMap<ConfigKey, Deferred>, ahash::RandomState>,
+    /// Namespaces gained whose configs the backfill has not listed yet, with the changes met
+    /// there meanwhile (see `handover::deferral`).
+    entering: Entering,
     /// Shadow mode: the incumbent's writes seen on the workloads are handed here.
     shadow: Option<Arc<Shadow>>,
 }
@@ -310,21 +305,25 @@ impl Intake {
     /// A config was listed or changed; returns how many workloads were queued.
     pub fn config_applied(&self, key: ConfigKey, state: ConfigState, phase: Phase) -> usize {
         // A deferred change's guard is held until the changes it leads to are queued.
-        let (state, phase, _deferred_guard) = match self.entering.get_mut(&*key.namespace) {
-            Some(mut waiting) if phase.after_startup() => {
-                debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
-                let guard = self
-                    .acted()
-                    .change_pending(key.kind, state.resource_version);
-                defer(&mut waiting, key, state, phase == Phase::Live, guard);
-                return 0;
+        let state = match phase.after_startup() {
+            true => {
+                let (kind, version) = (key.kind, state.resource_version);
+                let hold = || self.acted().change_pending(kind, version);
+                let live = phase == Phase::Live;
+                let Some(state) = self.entering.defer(key.clone(), state, live, hold) else {
+                    debug!(config = %key, ?phase, "changed while its namespace is backfilled: left to the backfill's list");
+                    return 0;
+                };
+                state
             }
-            Some(mut waiting) if phase == Phase::Backfill => match waiting.remove(&key) {
-                Some(deferred) => {
-                    let phase = deferred.phase();
-                    (newer(state, deferred.state), phase, Some(deferred.acted))
+            false => state,
+        };
+        let (state, phase, _deferred_guard) = match phase {
+            Phase::Backfill => match self.entering.listed(&key, state) {
+                (state, Some(deferred)) => {
+                    (state, after_list(deferred.changed), Some(deferred.acted))
                 }
-                None => (state, phase, None),
+                (state, None) => (state, phase, None),
             },
             _ => (state, phase, None),
         };
@@ -345,7 +344,7 @@ impl Intake {
     pub fn backfill_started(&self, namespaces: &[String]) {
         for namespace in namespaces {
             self.ownership.entered(namespace);
-            self.entering.entry(namespace.clone()).or_default();
+            self.entering.started(namespace);
         }
     }
 
@@ -356,12 +355,12 @@ impl Intake {
     pub fn configs_backfilled<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) -> usize {
         let mut queued = 0;
         for namespace in namespaces {
-            let Some((_, waiting)) = self.entering.remove(namespace) else {
+            let Some(waiting) = self.entering.ended(namespace) else {
                 continue;
             };
             for (key, deferred) in waiting {
                 // Never replaces a newer state (a live event may have come in since).
-                let phase = deferred.phase();
+                let phase = after_list(deferred.changed);
                 let Deferred { state, acted, .. } = deferred;
                 queued += self.configs.config_applied(key, state, phase);
                 drop(acted);
@@ -373,9 +372,7 @@ impl Intake {
     /// A config was deleted; returns how many workloads were queued.
     pub fn config_deleted(&self, key: &ConfigKey) -> usize {
         // A change of it deferred during a backfill must not bring it back when the backfill ends.
-        if let Some(mut waiting) = self.entering.get_mut(&*key.namespace) {
-            waiting.remove(key);
-        }
+        self.entering.forget(key);
         self.configs.config_deleted(key)
     }
 
@@ -402,63 +399,12 @@ impl Intake {
     }
 }
 
-/// Keeps the newest of the live changes of one config met during a backfill.
-/// A config state met while its namespace is backfilled, waiting for the backfill's list.
-#[derive(Debug, Clone)]
-pub(super) struct Deferred {
-    state: ConfigState,
-    /// A live event brought it (or an older state of it): the config changed. Otherwise it came
-    /// from a relist after a broken watch, which re-delivers every object, changed or not.
-    changed: bool,
-    /// Holds the acted version below the first deferred state until it is acted on.
-    acted: ActedGuard,
-}
-
-impl Deferred {
-    /// How the state is applied once the list has run: a known change counts even if the index
-    /// did not hold the config; a relisted state only when it is newer than what the list
-    /// brought and differs from it. Dropping relisted states lost a change made after the
-    /// list's snapshot whose live event the broken watch never delivered.
-    fn phase(&self) -> Phase {
-        match self.changed {
-            true => Phase::BackfillAfterChange,
-            false => Phase::Backfill,
-        }
-    }
-}
-
-/// Keeps the newest state of `key` (by resourceVersion); once a live event was met, it counts
-/// as changed whatever comes after.
-fn defer(
-    waiting: &mut HashMap<ConfigKey, Deferred>,
-    key: ConfigKey,
-    state: ConfigState,
-    live: bool,
-    acted: ActedGuard,
-) {
-    match waiting.entry(key) {
-        Entry::Vacant(v) => {
-            v.insert(Deferred {
-                state,
-                changed: live,
-                acted,
-            });
-        }
-        Entry::Occupied(mut o) => {
-            let kept = o.get_mut();
-            kept.changed |= live;
-            if state.resource_version >= kept.state.resource_version {
-                kept.state = state;
-            }
-        }
-    }
-}
-
-/// The newer of a listed state and a live one (by resourceVersion).
-fn newer(listed: ConfigState, live: ConfigState) -> ConfigState {
-    if live.resource_version > listed.resource_version {
-        live
-    } else {
-        listed
+/// How a state that waited for a backfill's list is applied after it: a known change counts
+/// even if the index did not hold the config; a relisted state only when it is newer than what
+/// the list brought and differs from it.
+fn after_list(changed: bool) -> Phase {
+    match changed {
+        true => Phase::BackfillAfterChange,
+        false => Phase::Backfill,
     }
 }

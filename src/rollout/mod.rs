@@ -2,7 +2,6 @@
 //! server), pause periods, and the single rate-limited, coalescing write queue with its fair scheduler
 //! across tenants.
 
-pub mod config_view;
 pub mod events;
 pub mod halts;
 mod limiter;
@@ -13,11 +12,11 @@ mod tenants;
 pub mod wave_runner;
 mod writer;
 
-pub use self::writer::KubeWriter;
+pub use self::writer::{KubeWriter, ViewCheck};
 pub use limiter::{TurnPriority, WriteLimiter, write_limiter};
 pub use queue::{
     QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
-    WriteOutcome, WriteTurn,
+    WriteOutcome, WriteTurn, classify,
 };
 pub use scheduler::{Priority, QueueStats, WorkloadQueueState};
 pub use tenants::Tenants;

@@ -24,7 +24,6 @@ use tracing::{Instrument, Span, debug, info, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{AnnotationKeys, Settings};
-use crate::index::ReverseIndex;
 use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
 use crate::reload_policy::{
     CronJobReloadStrategy, RolloutStrategy, cronjob_reload_strategy_of, pause_period_of,
@@ -39,7 +38,6 @@ use crate::shard::Ownership;
 use crate::shadow::Shadow;
 use crate::shadow::marks::{carries, marks_of, ours_after_edit};
 
-use super::config_view::ConfigViews;
 use super::events::{EventSink, failed_message, reloaded_message};
 use super::pause::PauseKeeper;
 use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn, classify};
@@ -87,13 +85,26 @@ enum Step {
     },
 }
 
+/// Checks, before a write in a namespace another replica may have acted on lately, that this
+/// replica's view of the configs is as new as the API server's, and gives the changes to write
+/// (each with the newest hash known). The hand-over implements it (`handover::config_view`);
+/// the writer only knows it must ask.
+pub trait ViewCheck: Send + Sync {
+    fn ensure_current<'a>(
+        &'a self,
+        changes: &'a [QueuedChange],
+    ) -> futures::future::BoxFuture<'a, Result<Vec<TemplateChange>, WriteError>>;
+}
+
 pub struct KubeWriter {
     client: Client,
     settings: Arc<Settings>,
     ownership: Arc<Ownership>,
     events: EventSink,
     pauses: PauseKeeper,
-    config_views: ConfigViews,
+    /// The hand-over's check that this replica's view of the configs is current, in
+    /// namespaces that moved lately (`handover::config_view`); none: write as queued.
+    view_check: Option<Arc<dyn ViewCheck>>,
     /// Shadow mode: every write is computed and handed here instead of being sent.
     shadow: Option<Arc<Shadow>>,
 }
@@ -105,16 +116,23 @@ impl KubeWriter {
         ownership: Arc<Ownership>,
         events: EventSink,
         pauses: PauseKeeper,
-        index: Arc<ReverseIndex>,
     ) -> Self {
         Self {
-            config_views: ConfigViews::new(client.clone(), index),
+            view_check: None,
             client,
             settings,
             ownership,
             events,
             pauses,
             shadow: None,
+        }
+    }
+
+    /// Writes in namespaces that moved lately go through `check` first.
+    pub fn checking_views(self, check: Arc<dyn ViewCheck>) -> Self {
+        Self {
+            view_check: Some(check),
+            ..self
         }
     }
 
@@ -380,7 +398,7 @@ impl KubeWriter {
 
     /// Reads the workload for a write, with the changes to write; `None` when it vanished.
     /// During a handover the changes carry the newest hash this replica knows, once its view of
-    /// the configs is current, checked after the read (see config_view.rs for why the order
+    /// the configs is current, checked after the read (see handover/config_view.rs for why the order
     /// matters).
     async fn read_for_write(
         &self,
@@ -392,9 +410,11 @@ impl KubeWriter {
             info!(workload = %key, "workload vanished before its reload was written, dropped");
             return Ok(None);
         };
-        let template_changes = match self.ownership.settling_in(&key.namespace) {
-            true => self.config_views.ensure_current(changes).await?,
-            false => changes.iter().map(|c| c.change.clone()).collect(),
+        let template_changes = match &self.view_check {
+            Some(check) if self.ownership.settling_in(&key.namespace) => {
+                check.ensure_current(changes).await?
+            }
+            _ => changes.iter().map(|c| c.change.clone()).collect(),
         };
         Ok(Some((object, template_changes)))
     }

@@ -28,9 +28,8 @@ use crate::index::{ConfigState, ReverseIndex};
 use crate::model::{ConfigKey, ConfigKind};
 use crate::reloader_format::hash::{ConfigPayload, digest_payload};
 
-use super::queue::classify;
-use super::queue::{QueuedChange, WriteError};
 use crate::reloader_format::template::TemplateChange;
+use crate::rollout::{QueuedChange, ViewCheck, WriteError, classify};
 
 /// How long a write waits for this replica's view of a config to catch up with the API server.
 /// Past it, the change is written only if the server's content is the indexed one (a newer
@@ -217,6 +216,16 @@ impl ConfigViews {
         }
         .map_err(classify)?;
         Ok(Some(meta.map(|m| crate::index::resource_version(&m))))
+    }
+}
+
+/// The writer's check while a namespace settles (installed by the controller).
+impl ViewCheck for ConfigViews {
+    fn ensure_current<'a>(
+        &'a self,
+        changes: &'a [QueuedChange],
+    ) -> futures::future::BoxFuture<'a, Result<Vec<TemplateChange>, WriteError>> {
+        Box::pin(ConfigViews::ensure_current(self, changes))
     }
 }
 

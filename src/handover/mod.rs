@@ -1,0 +1,6 @@
+//! The hand-over: how a replica gains and loses namespaces without a gap and without a double
+//! roll. Ownership itself (the ring, the Leases, the assignment and the view of it) is
+//! `shard`'s; everything a replica does because ownership moved is here.
+
+pub mod config_view;
+pub mod deferral;
