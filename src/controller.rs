@@ -13,7 +13,9 @@ use crate::alert::{AlertConfig, Alerter, ReloadWebhook};
 use crate::config::{Flags, Settings};
 use crate::digest::DigestPool;
 use crate::engine::Engine;
+use crate::handover::acted::ActedTracker;
 use crate::handover::config_view::ConfigViews;
+use crate::handover::listener::Handover;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
 use crate::rollout::events::EventSink;
@@ -129,9 +131,9 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let shard_link = join_replica_set(&started.client, &started.settings, &ownership);
     let coordinator = shard_link.as_ref().map(|link| link.coordinator.clone());
     let index = Arc::new(ReverseIndex::new());
-    let acted = coordinator
+    let acted = shard_link
         .as_ref()
-        .map(|c| c.acted().clone())
+        .map(|link| link.handover.acted().clone())
         .unwrap_or_default();
     let shadow = started.settings.shadow.map(|settings| {
         let metrics = started.metrics.clone();
@@ -174,7 +176,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         }),
         admin_server,
         coordinating: match (&coordinator, &leader_lock) {
-            (Some(c), _) => tokio::spawn(c.clone().run()),
+            (Some(c), _) => tokio::spawn(crate::handover::steps::coordinate(c.clone())),
             (None, Some(lock)) => tokio::spawn(lead_while_held(lock.clone(), leading)),
             (None, None) => tokio::spawn(std::future::pending()),
         },
@@ -243,7 +245,7 @@ fn build_pipeline(
     started: &Started,
     ownership: &Arc<Ownership>,
     index: &Arc<ReverseIndex>,
-    acted: crate::shard::acted::ActedTracker,
+    acted: ActedTracker,
     shadow: Option<Arc<Shadow>>,
 ) -> anyhow::Result<(Arc<KubeEngine>, Arc<WatchContext>)> {
     let Started {
@@ -540,13 +542,13 @@ fn join_replica_set(
     ownership: &Arc<Ownership>,
 ) -> Option<ShardLink> {
     let shard = settings.shard.as_ref()?;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (handover, changes) = Handover::new();
     let coordinator = Coordinator::new(
         client.clone(),
         shard.clone(),
         ownership.clone(),
         settings.namespace_selector.clone(),
-        tx,
+        handover.clone(),
     );
     info!(
         me = %shard.me,
@@ -556,7 +558,8 @@ fn join_replica_set(
     );
     Some(ShardLink {
         coordinator,
-        changes: rx,
+        handover,
+        changes,
     })
 }
 

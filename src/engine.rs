@@ -16,7 +16,7 @@ use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::{ConfigKey, Counted};
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::wave_runner::{Rolled, WaveItem, WaveRunner, WaveSink};
-use crate::rollout::{Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
+use crate::rollout::{Hold, Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
 use crate::shard::Ownership;
 use crate::spans::ConfigCause;
 use crate::waves::{Candidate, HaltRecord, PolicyText, WavePolicy};
@@ -26,7 +26,7 @@ mod churn;
 mod halts;
 pub mod intake;
 mod recovery;
-use crate::shard::acted::ActedTracker;
+use crate::handover::acted::ActedTracker;
 pub use breaker::{BreakerNotice, ChurnBreaker};
 
 /// Receives config-level notifications (the `--webhook-url` mode, metrics).
@@ -613,7 +613,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             },
             observed_at,
             span,
-            acted: pins_acted.then(|| self.acted.change_pending(key.kind, version)),
+            acted: pins_acted.then(|| Hold::new(self.acted.change_pending(key.kind, version))),
         }
     }
 }

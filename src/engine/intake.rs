@@ -29,8 +29,8 @@ use crate::shadow::observe::writes_seen;
 use crate::shard::Ownership;
 
 use super::{ConfigEvents, ConfigObserver, Engine, Phase};
+use crate::handover::acted::ActedTracker;
 use crate::handover::deferral::{Deferred, Entering};
-use crate::shard::acted::ActedTracker;
 
 /// A namespace that moved to another replica keeps its config states this long (its workloads
 /// are forgotten at once), so that if it comes back meanwhile, its backfill compares with what

@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
+use crate::handover::acted::ActedGuard;
 use crate::index::ConfigState;
 use crate::model::ConfigKey;
-use crate::shard::acted::ActedGuard;
 
 /// Namespaces gained whose configs the backfill has not listed yet, each with the changes of
 /// its configs met meanwhile (the newest per config). One map entry per namespace, so deferring
@@ -114,8 +114,8 @@ fn newer(listed: ConfigState, live: ConfigState) -> ConfigState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handover::acted::ActedTracker;
     use crate::model::ConfigKind;
-    use crate::shard::acted::ActedTracker;
 
     fn at(version: u64) -> ConfigState {
         ConfigState {

@@ -2,5 +2,9 @@
 //! roll. Ownership itself (the ring, the Leases, the assignment and the view of it) is
 //! `shard`'s; everything a replica does because ownership moved is here.
 
+pub mod acted;
 pub mod config_view;
 pub mod deferral;
+pub mod listener;
+pub mod protocol;
+pub mod steps;

@@ -15,7 +15,7 @@ mod writer;
 pub use self::writer::{KubeWriter, ViewCheck};
 pub use limiter::{TurnPriority, WriteLimiter, write_limiter};
 pub use queue::{
-    QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
+    Hold, QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
     WriteOutcome, WriteTurn, classify,
 };
 pub use scheduler::{Priority, QueueStats, WorkloadQueueState};

@@ -42,7 +42,29 @@ pub struct QueuedChange {
     pub span: Span,
     /// Keeps this replica's acted version below the change until the write ends (a newer
     /// change of the same config that absorbs it holds its own).
-    pub acted: Option<crate::shard::acted::ActedGuard>,
+    pub acted: Option<Hold>,
+}
+
+/// What a queued change keeps alive until its write ends or a newer change absorbs it: the
+/// hand-over's hold on this replica's acted version (`handover::acted::ActedGuard`). The queue
+/// only carries it; dropping it is what lets the version move on.
+#[derive(Clone)]
+pub struct Hold {
+    _held: std::sync::Arc<dyn Send + Sync>,
+}
+
+impl Hold {
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Hold {
+            _held: std::sync::Arc::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hold")
+    }
 }
 
 impl Coalesce for QueuedChange {

@@ -64,6 +64,15 @@ impl Clone for Assignment {
 }
 
 impl Assignment {
+    /// Generation `generation` of `members`, with the default scheme and no quantiles.
+    pub fn of_members(generation: u64, members: &[&str]) -> Self {
+        Self {
+            generation,
+            members: members.iter().map(|m| m.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
     pub fn owner(&self, namespace: &str) -> Option<&str> {
         match self.scheme {
             Scheme::Rendezvous => ring::owner(namespace, &self.members),

@@ -3,7 +3,9 @@
 //! - leadership: every replica campaigns for `stakater-reloader-lock`; the leader publishes the
 //!   assignment (live members with sharding, or only itself with plain `--enable-ha`) with an
 //!   increasing generation in a ConfigMap every replica watches;
-//! - handover: the protocol of `handover.rs`, whose steps this runs against the Leases.
+//! - the hand-over's steps against the Leases (release, complete), which `handover/` decides and
+//!   drives; what an installed or released assignment means for the gained and lost namespaces
+//!   goes to the [`OwnershipListener`] the controller installs (`handover::Handover`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,17 +19,14 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::acted::{ActedTracker, ActedVersions};
 use super::assignment::Scheme;
-use super::handover::{self, HandoverStep};
-pub use super::handover::{CatchUp, OwnershipChange};
 use super::lease::{self, Member};
 use super::liveness::Liveness;
 use super::ranges::{Quantiles, fnv1a64};
-use super::{Assignment, Ownership, ShardState};
+use super::{Assignment, Ownership, ShardState, ShardView};
 use crate::config::shard::ShardSettings;
 use std::collections::HashMap;
 
@@ -60,7 +59,8 @@ pub struct Coordinator {
     /// replicas select, not of every namespace in the cluster.
     namespace_selector: Option<String>,
     state: Arc<ShardState>,
-    changes: mpsc::UnboundedSender<OwnershipChange>,
+    /// What the hand-over does when ownership moves, and the acted versions it publishes.
+    listener: Arc<dyn OwnershipListener>,
     /// The generation whose gained namespaces are fully indexed here.
     synced: Arc<AtomicU64>,
     /// The generation whose previous assignment this replica no longer acts on.
@@ -73,14 +73,39 @@ pub struct Coordinator {
     member_liveness: std::sync::Mutex<Liveness>,
     /// The same for the leader Lease.
     leader_liveness: std::sync::Mutex<Liveness>,
-    /// How far this replica has acted, published at each renewal.
-    acted: ActedTracker,
-    /// How far each member had acted, as last read from its Lease while it was live (a dead
-    /// member's last renewal is what a takeover catches up from).
-    members_acted: std::sync::Mutex<HashMap<String, ActedVersions>>,
-    /// What this replica's Lease said before this process started, held until the start-up
-    /// has caught up from it (taken by [`Coordinator::take_inherited`]).
-    inherited: std::sync::Mutex<Option<CatchUp>>,
+    /// How far each member had acted (the acted-versions annotation), as last read from its
+    /// Lease while it was live (a dead member's last renewal is what a takeover catches up from).
+    members_acted: std::sync::Mutex<HashMap<String, String>>,
+}
+
+/// What the hand-over does with what the coordinator sees (implemented by
+/// `handover::Handover`). The coordinator owns the Leases and the assignment; the meaning of
+/// the acted versions it carries, and what a replica does with namespaces gained or lost, are
+/// the hand-over's.
+pub trait OwnershipListener: Send + Sync {
+    /// The acted-versions value each renewal publishes (empty: none known yet).
+    fn acted(&self) -> String;
+    /// Changes are still on their way (not written, not absorbed).
+    fn changes_pending(&self) -> bool;
+    /// What this replica's own Lease said it had acted up to before this process started,
+    /// read before the first renewal overwrites it.
+    fn restarted_from(&self, acted: &str);
+    /// An assignment was installed; called before anything else can act on it.
+    fn installed(&self, step: Installed<'_>);
+    /// This replica released `generation`'s previous assignment: it no longer acts on `left`.
+    fn released(&self, generation: u64, left: Vec<String>);
+}
+
+/// An installed assignment, with what it changed here.
+pub struct Installed<'a> {
+    pub me: &'a str,
+    /// The view before the install.
+    pub before: &'a ShardView,
+    pub next: &'a Assignment,
+    pub owned_before: &'a BTreeSet<String>,
+    pub owned_after: &'a BTreeSet<String>,
+    /// How far each member had acted (the annotation's value), as last seen in its Lease.
+    pub members_acted: &'a HashMap<String, String>,
 }
 
 impl Coordinator {
@@ -89,7 +114,7 @@ impl Coordinator {
         settings: ShardSettings,
         ownership: Arc<Ownership>,
         namespace_selector: Option<String>,
-        changes: mpsc::UnboundedSender<OwnershipChange>,
+        listener: Arc<dyn OwnershipListener>,
     ) -> Arc<Self> {
         let state = ownership.shard().expect("a sharded Ownership").clone();
         Arc::new(Self {
@@ -98,7 +123,7 @@ impl Coordinator {
             ownership,
             namespace_selector,
             state,
-            changes,
+            listener,
             synced: Arc::new(AtomicU64::new(0)),
             released: AtomicU64::new(0),
             first_assignment: watch::channel(false).0,
@@ -106,21 +131,8 @@ impl Coordinator {
             leaving: Default::default(),
             member_liveness: Default::default(),
             leader_liveness: Default::default(),
-            acted: ActedTracker::default(),
             members_acted: Default::default(),
-            inherited: Default::default(),
         })
-    }
-
-    /// How far this replica has acted (the engine feeds it, the renewals publish it).
-    pub fn acted(&self) -> &ActedTracker {
-        &self.acted
-    }
-
-    /// What this replica had acted up to before a restart, with guards that keep the published
-    /// version there until the start-up's catch-up has queued what it found (once).
-    pub fn take_inherited(&self) -> Option<CatchUp> {
-        self.inherited.lock().expect("inherited lock").take()
     }
 
     /// Reads this replica's own Lease before the first renewal overwrites it, and the other
@@ -130,11 +142,7 @@ impl Coordinator {
             warn!(error = %e, "could not read the member Leases: namespaces taken over at start are not caught up");
         }
         match lease::acted_before_start(&self.leases(), &self.settings.me).await {
-            Ok(since) if !since.is_empty() => {
-                info!(since = %since.to_annotation(), "catching up from what this replica had acted on before it restarted");
-                let held = self.acted.hold_at(&since);
-                *self.inherited.lock().expect("inherited lock") = Some(CatchUp { since, held });
-            }
+            Ok(acted) if !acted.is_empty() => self.listener.restarted_from(&acted),
             Ok(_) => {}
             Err(e) => {
                 warn!(error = %e, "could not read this replica's Lease: changes made while it was down to workloads never reloaded are not caught up")
@@ -146,7 +154,8 @@ impl Coordinator {
         Api::namespaced(self.client.clone(), &self.settings.namespace)
     }
 
-    async fn members(&self) -> Result<Vec<Member>, kube::Error> {
+    /// The membership Leases, read now.
+    pub async fn members(&self) -> Result<Vec<Member>, kube::Error> {
         let members = lease::members(
             &self.leases(),
             &self.member_liveness,
@@ -184,14 +193,14 @@ impl Coordinator {
         let _ = rx.wait_for(|known| *known).await;
     }
 
-    /// Runs every loop until one fails for good (the caller exits the process).
+    /// Runs every loop until one fails for good (the caller exits the process). The hand-over's
+    /// steps run beside them (`handover::steps`).
     pub async fn run(self: Arc<Self>) -> Result<(), ShardError> {
         self.inherit_acted().await;
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(self.clone().membership_loop());
         tasks.spawn(self.clone().leader_loop());
         tasks.spawn(self.clone().assignment_watch());
-        tasks.spawn(self.clone().handover_loop());
         match tasks.join_next().await {
             Some(Ok(r)) => r,
             Some(Err(e)) => Err(e.into()),
@@ -245,7 +254,7 @@ impl Coordinator {
             synced,
             released,
             leaving,
-            &self.acted.acted(),
+            &self.listener.acted(),
         )
         .await
     }
@@ -256,8 +265,8 @@ impl Coordinator {
         // Changes still on their way (the drain ran out of time): the Lease stays, with how far
         // this replica acted, and expires; whoever takes its namespaces over (or this replica,
         // restarted under its name) catches up from it.
-        match self.acted.pending() {
-            true => warn!(acted = %self.acted.acted().to_annotation(),
+        match self.listener.changes_pending() {
+            true => warn!(acted = %self.listener.acted(),
                 "leaving with changes not written: the membership Lease is left to expire so \
                  the next owner catches up from it"),
             false => lease::leave(&self.leases(), &self.settings.me).await,
@@ -448,7 +457,7 @@ impl Coordinator {
         Err(ShardError::Ended("assignment watch"))
     }
 
-    /// Installs a newer assignment and tells the watch side what to index and forget.
+    /// Installs a newer assignment and tells the hand-over what moved.
     fn apply_assignment(&self, next: Assignment) {
         let before = self.owned_now();
         let view = self.state.view();
@@ -457,50 +466,27 @@ impl Coordinator {
         if !installed {
             return;
         }
-        let mut change = OwnershipChange::between(next.generation, &before, &self.owned_now());
-        if !change.entered.is_empty() {
-            change.catch_up = self.catch_up_for(&view, &next);
-        }
+        let after = self.owned_now();
         info!(
             generation = next.generation,
             members = next.members.len(),
-            gained = change.entered.len(),
+            gained = after.difference(&before).count(),
             "new shard assignment"
         );
-        let _ = self.changes.send(change);
+        let members_acted = self
+            .members_acted
+            .lock()
+            .expect("members acted lock")
+            .clone();
+        self.listener.installed(Installed {
+            me: &self.settings.me,
+            before: &view,
+            next: &next,
+            owned_before: &before,
+            owned_after: &after,
+            members_acted: &members_acted,
+        });
         self.first_assignment.send_replace(true);
-    }
-
-    /// The versions the gained namespaces must be caught up from (the lowest any other member
-    /// of the assignments known had acted up to), held here from now on (before the watch side
-    /// gets to them).
-    fn catch_up_for(&self, before: &handover::ShardView, next: &Assignment) -> Option<CatchUp> {
-        let before: Vec<&Assignment> = [&before.current, &before.previous]
-            .into_iter()
-            .flatten()
-            .map(|a| a.as_ref())
-            .collect();
-        let me = self.settings.me.as_str();
-        let acted = self.members_acted.lock().expect("members acted lock");
-        if before.is_empty() {
-            // The first assignment: every namespace was another member's (or this replica's
-            // before a restart, which `inherit_acted` read).
-            let since = handover::catch_up_since(&[next], me, &acted)?;
-            info!(since = %since.to_annotation(), "catching up from what the other members had acted on");
-            let held = self.acted.hold_at(&since);
-            let mut inherited = self.inherited.lock().expect("inherited lock");
-            match inherited.as_mut() {
-                Some(own) => {
-                    own.since.min_with(&since);
-                    own.held.extend(held);
-                }
-                None => *inherited = Some(CatchUp { since, held }),
-            }
-            return None;
-        }
-        let since = handover::catch_up_since(&before, me, &acted)?;
-        let held = self.acted.hold_at(&since);
-        Some(CatchUp { since, held })
     }
 
     fn owned_now(&self) -> BTreeSet<String> {
@@ -512,39 +498,26 @@ impl Coordinator {
             .collect()
     }
 
-    /// Completes handovers, each step decided by [`handover::next_step`] from a view snapshot
-    /// and the membership Leases.
-    async fn handover_loop(self: Arc<Self>) -> Result<(), ShardError> {
-        loop {
-            tokio::time::sleep(self.settings.retry_period / 2).await;
-            let view = self.state.view();
-            if view.previous.is_none() {
-                continue;
-            }
-            let members = match self.members().await {
-                Ok(m) => m,
-                Err(e) => {
-                    debug!(error = %e, "listing members for the handover failed");
-                    continue;
-                }
-            };
-            match handover::next_step(&view, &members) {
-                HandoverStep::Wait => {}
-                HandoverStep::Release(generation) => self.release_previous(generation).await,
-                HandoverStep::Complete(generation) => {
-                    // A newer assignment installed while the Leases were read keeps its own
-                    // handover: completing the older one would put the older assignment back.
-                    if self.state.update_view(|v| v.complete_handover(generation)) {
-                        info!(generation, "handover complete");
-                    }
-                }
-            }
-        }
+    /// `--retry-period`: how often the Leases are renewed and read.
+    pub fn retry_period(&self) -> Duration {
+        self.settings.retry_period
+    }
+
+    /// The view of the assignment acted on now (a snapshot).
+    pub fn view(&self) -> ShardView {
+        self.state.view()
+    }
+
+    /// Drops the previous assignment of `generation`'s hand-over, once every previous owner
+    /// released it. False (nothing changed) if a newer assignment was installed meanwhile: it
+    /// keeps its own hand-over.
+    pub fn complete_handover(&self, generation: u64) -> bool {
+        self.state.update_view(|v| v.complete_handover(generation))
     }
 
     /// Stops acting on what only the previous assignment gave, lets writes already started
     /// there finish, forgets those namespaces and reports `generation` released.
-    async fn release_previous(&self, generation: u64) {
+    pub async fn release_previous(&self, generation: u64) {
         let before = self.owned_now();
         // Only if the assignment did not change while the Leases were read.
         if !self.state.update_view(|v| v.release_previous(generation)) {
@@ -561,12 +534,7 @@ impl Coordinator {
             released = left.len(),
             "gave up namespaces that moved"
         );
-        let _ = self.changes.send(OwnershipChange {
-            generation,
-            entered: vec![],
-            left,
-            catch_up: None,
-        });
+        self.listener.released(generation, left);
         let _ = self.renew_once().await;
     }
 }

@@ -12,7 +12,6 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::acted::ActedVersions;
 use super::liveness::{LeaseRecord, Liveness};
 
 pub const MEMBER_LABEL: &str = "kube-reloader.io/member";
@@ -24,7 +23,8 @@ pub const LEAVING_ANNOTATION: &str = "kube-reloader.io/leaving";
 /// The ownership schemes this replica computes (`hash-ranges`): the leader publishes hash ranges
 /// only when every member says so, so replicas of an older release never disagree on owners.
 pub const OWNERSHIP_ANNOTATION: &str = "kube-reloader.io/ownership";
-/// How far the member has acted on config changes, per kind (see `engine::acted`).
+/// How far the member has acted on config changes, per kind. The hand-over writes and reads its
+/// value (`handover::acted`); the Lease only carries it.
 pub const ACTED_ANNOTATION: &str = "kube-reloader.io/acted-versions";
 const HASH_RANGES: &str = "hash-ranges";
 const FIELD_MANAGER: &str = "kube-reloader";
@@ -45,7 +45,7 @@ pub async fn renew_member(
     synced_generation: u64,
     released_generation: u64,
     leaving: bool,
-    acted: &ActedVersions,
+    acted: &str,
 ) -> Result<(), kube::Error> {
     let mut lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
@@ -69,7 +69,7 @@ pub async fn renew_member(
     // Left out while nothing is known (server-side apply then drops an older value, which a
     // start-up read before its first renewal: `acted_before_start`).
     if !acted.is_empty() {
-        lease["metadata"]["annotations"][ACTED_ANNOTATION] = json!(acted.to_annotation());
+        lease["metadata"]["annotations"][ACTED_ANNOTATION] = json!(acted);
     }
     api.patch(
         &member_lease_name(me),
@@ -81,12 +81,13 @@ pub async fn renew_member(
 }
 
 /// What this replica's Lease says it had acted up to before this process started (a restart
-/// under the same name): the start-up catches up from there. Empty without a Lease.
-pub async fn acted_before_start(api: &Api<Lease>, me: &str) -> Result<ActedVersions, kube::Error> {
+/// under the same name), as the annotation's value: the start-up catches up from there. Empty
+/// without a Lease.
+pub async fn acted_before_start(api: &Api<Lease>, me: &str) -> Result<String, kube::Error> {
     let lease = api.get_opt(&member_lease_name(me)).await?;
     Ok(lease
         .and_then(|l| l.metadata.annotations)
-        .and_then(|a| a.get(ACTED_ANNOTATION).map(|v| ActedVersions::parse(v)))
+        .and_then(|mut a| a.remove(ACTED_ANNOTATION))
         .unwrap_or_default())
 }
 
@@ -107,8 +108,9 @@ pub struct Member {
     pub leaving: bool,
     /// It computes hash-range owners ([`OWNERSHIP_ANNOTATION`]).
     pub hash_ranges: bool,
-    /// How far it had acted when it last renewed ([`ACTED_ANNOTATION`]).
-    pub acted: ActedVersions,
+    /// How far it had acted when it last renewed ([`ACTED_ANNOTATION`]'s value, empty when
+    /// absent).
+    pub acted: String,
 }
 
 /// Every member Lease, live when it changed within its duration by this replica's monotonic
@@ -159,7 +161,7 @@ pub async fn members(
                     .is_some_and(|v| v.split(',').any(|s| s.trim() == HASH_RANGES)),
                 acted: annotations
                     .get(ACTED_ANNOTATION)
-                    .map(|v| ActedVersions::parse(v))
+                    .cloned()
                     .unwrap_or_default(),
             })
         })

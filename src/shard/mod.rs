@@ -4,20 +4,19 @@
 //! Writes additionally need [`Ownership::may_write`]: a replica whose membership Lease is not
 //! fresh is fenced and writes nothing until it has renewed and re-read the assignment.
 
-pub mod acted;
 mod assignment;
 pub mod coordinator;
-mod handover;
 pub mod leader_lock;
-mod lease;
+pub mod lease;
 mod liveness;
 pub mod ranges;
 pub mod ring;
 pub mod server_sharding;
+mod view;
 
 pub use assignment::{Assignment, Scheme};
-pub use handover::{Moves, SETTLE_WINDOW, ShardView};
 use server_sharding::SelectorFeed;
+pub use view::{Moves, SETTLE_WINDOW, ShardView};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -17,9 +17,9 @@ use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
 use crate::engine::Phase;
+use crate::handover::protocol::CatchUp;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::resources::{api_resource, spc_pod_status_resource};
-use crate::shard::coordinator::CatchUp;
 use crate::shard::server_sharding::with_selector;
 
 use super::context::{ShardLink, WatchContext, WatchError};

@@ -23,9 +23,9 @@ use kube::api::{Api, ListParams, VersionMatch};
 use tracing::{info, warn};
 
 use crate::digest::ConfigSource;
+use crate::handover::acted::ActedVersions;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
-use crate::shard::acted::ActedVersions;
 
 use super::backfill::{ListTarget, Pages};
 use super::context::WatchContext;

@@ -16,12 +16,12 @@ use tracing::{debug, warn};
 use crate::config::PreciseKeys;
 use crate::digest::{ConfigSource, DigestPoolClosed};
 use crate::engine::Phase;
+use crate::handover::acted::ActedTracker;
 use crate::index::{ConfigState, ConfigWaves};
 use crate::model::{ConfigKey, ConfigKind};
 use crate::reloader_format::hash::ConfigPayload;
 use crate::resources::{spc_pod_status_resource, spc_resource};
 use crate::shard::ListMark;
-use crate::shard::acted::ActedTracker;
 
 use super::context::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, scoped_apis, stream_namespaces,
@@ -132,7 +132,7 @@ struct ConfigVerbs {
 struct ListProgress {
     in_progress: usize,
     highest: u64,
-    held: Vec<crate::shard::acted::ActedGuard>,
+    held: Vec<crate::handover::acted::ActedGuard>,
 }
 
 impl ListProgress {

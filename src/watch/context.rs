@@ -116,7 +116,8 @@ impl WatchContext {
 /// What the watches need from the shard coordinator.
 pub struct ShardLink {
     pub coordinator: Arc<crate::shard::coordinator::Coordinator>,
-    pub changes: tokio::sync::mpsc::UnboundedReceiver<crate::shard::coordinator::OwnershipChange>,
+    pub handover: Arc<crate::handover::listener::Handover>,
+    pub changes: tokio::sync::mpsc::UnboundedReceiver<crate::handover::protocol::OwnershipChange>,
 }
 
 impl WatchContext {

@@ -74,7 +74,7 @@ impl WatchContext {
         info!(sizes = ?self.index.sizes(), "configs synced");
         // Before anything rolls stale workloads: what a kept halt holds stays held.
         self.engine.restore_halts(None).await;
-        if let Some(inherited) = shard.as_ref().and_then(|l| l.coordinator.take_inherited()) {
+        if let Some(inherited) = shard.as_ref().and_then(|l| l.handover.take_inherited()) {
             let owned = |ns: &str| self.ownership.owns(ns);
             self.catch_up(&self.start_targets(), &owned, &inherited.since)
                 .await;
