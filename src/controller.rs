@@ -15,6 +15,7 @@ use crate::digest::DigestPool;
 use crate::engine::Engine;
 use crate::handover::acted::ActedTracker;
 use crate::handover::config_view::ConfigViews;
+use crate::handover::follow::ShardLink;
 use crate::handover::listener::Handover;
 use crate::http::{AdminState, parse_listen_addr};
 use crate::index::ReverseIndex;
@@ -35,7 +36,7 @@ use crate::telemetry::api_requests::CountRequestsLayer;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::outcomes::Outcomes;
 use crate::watch::WatchContext;
-use crate::watch::{ShardLink, WatchError};
+use crate::watch::WatchError;
 
 /// What the API server (its audit log, its request logs) sees as the client.
 pub const USER_AGENT: &str = concat!("kube-reloader/", env!("CARGO_PKG_VERSION"));

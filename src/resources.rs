@@ -128,6 +128,11 @@ pub fn config_reference(key: &crate::model::ConfigKey) -> ObjectReference {
     }
 }
 
+/// Configs per page when lists are paginated (configs can be up to 1 MiB each).
+pub const CONFIG_PAGE_SIZE: u32 = 100;
+/// Workloads per page when lists are paginated (watch fallback and hand-over backfill).
+pub const WORKLOAD_PAGE_SIZE: u32 = 500;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,7 @@ use crate::shard::Ownership;
 use super::{ConfigEvents, ConfigObserver, Engine, Phase};
 use crate::handover::acted::ActedTracker;
 use crate::handover::deferral::{Deferred, Entering};
+use crate::handover::gains::GainSink;
 
 /// A namespace that moved to another replica keeps its config states this long (its workloads
 /// are forgotten at once), so that if it comes back meanwhile, its backfill compares with what
@@ -396,6 +397,41 @@ impl Intake {
     /// Reconciles recorded hashes in `namespaces` (`None`: all owned).
     pub fn reconcile_recorded(&self, namespaces: Option<&HashSet<String>>) -> usize {
         self.configs.reconcile_recorded(namespaces)
+    }
+}
+
+/// What the hand-over's backfill and catch-up put in (`handover::gains`).
+impl GainSink for Intake {
+    fn backfill_started(&self, namespaces: &[String]) {
+        Intake::backfill_started(self, namespaces);
+    }
+
+    fn config_listed(&self, key: ConfigKey, state: ConfigState) -> usize {
+        self.config_applied(key, state, Phase::Backfill)
+    }
+
+    fn configs_backfilled<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) -> usize {
+        Intake::configs_backfilled(self, namespaces)
+    }
+
+    fn config_deleted_unobserved(&self, key: &ConfigKey, version: u64) {
+        Intake::config_deleted_unobserved(self, key, version);
+    }
+
+    async fn restore_halts(&self, namespaces: &HashSet<String>) -> usize {
+        Intake::restore_halts(self, Some(namespaces)).await
+    }
+
+    fn reconcile_recorded(&self, namespaces: Option<&HashSet<String>>) -> usize {
+        Intake::reconcile_recorded(self, namespaces)
+    }
+
+    fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
+        Intake::missed_change(self, key, before)
+    }
+
+    fn namespace_moved_away(self: &Arc<Self>, namespace: &str) {
+        Intake::namespace_moved_away(self, namespace);
     }
 }
 

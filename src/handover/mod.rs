@@ -3,8 +3,12 @@
 //! `shard`'s; everything a replica does because ownership moved is here.
 
 pub mod acted;
+pub mod backfill;
+pub mod catch_up;
 pub mod config_view;
 pub mod deferral;
+pub mod follow;
+pub mod gains;
 pub mod listener;
 pub mod protocol;
 pub mod steps;

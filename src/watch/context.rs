@@ -113,13 +113,6 @@ impl WatchContext {
     }
 }
 
-/// What the watches need from the shard coordinator.
-pub struct ShardLink {
-    pub coordinator: Arc<crate::shard::coordinator::Coordinator>,
-    pub handover: Arc<crate::handover::listener::Handover>,
-    pub changes: tokio::sync::mpsc::UnboundedReceiver<crate::handover::protocol::OwnershipChange>,
-}
-
 impl WatchContext {
     /// The shard assignment generation this replica acts on now (0: not sharded).
     pub(super) fn current_generation(&self) -> u64 {

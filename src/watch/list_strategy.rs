@@ -22,13 +22,11 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use crate::resources::CONFIG_PAGE_SIZE;
+
 /// A label no object carries: the probe lists nothing, it only asks whether the server streams.
 const PROBE_SELECTOR: &str = "kube-reloader.io/streaming-list-probe";
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
-/// Objects per page when lists are paginated (configs can be up to 1 MiB each).
-pub const CONFIG_PAGE_SIZE: u32 = 100;
-/// Workloads per page when lists are paginated (watch fallback and handover backfill).
-pub const WORKLOAD_PAGE_SIZE: u32 = 500;
 
 /// The initial-list part of a watch's settings: streaming, or pages of `page_size`.
 pub fn initial_list(streaming: bool, page_size: u32) -> watcher::Config {

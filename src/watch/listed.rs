@@ -21,7 +21,7 @@ use crate::model::{WorkloadKey, WorkloadKind};
 use crate::resources::api_resource;
 
 use super::context::{SyncGate, WatchContext, WatchError, stream_namespaces};
-use super::list_strategy::WORKLOAD_PAGE_SIZE;
+use crate::resources::WORKLOAD_PAGE_SIZE;
 
 /// How often a listed kind is listed in full.
 pub const RESYNC: Duration = Duration::from_secs(300);

@@ -4,13 +4,13 @@
 //! reconcile recorded hashes -> ready.
 //! Every watch runs through one driver (`driver.rs`): it restarts with backoff when it breaks,
 //! and a relist after a break is compared with the index, so changes made while the watch was
-//! down are real changes, not lost ones. Namespaces gained later are listed by `backfill.rs`.
+//! down are real changes, not lost ones. Namespaces gained later are indexed by the hand-over
+//! (`handover::backfill`), through what this module gives it (`gains.rs`).
 
-mod backfill;
-mod catch_up;
 mod configs;
 mod context;
 mod driver;
+mod gains;
 mod ignored_secrets;
 mod learned;
 mod list_strategy;
@@ -27,12 +27,13 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use tracing::info;
 
+use crate::handover::follow::{ShardLink, catch_up_at_start, follow_assignment};
 use crate::model::ConfigKind;
 use crate::shard::server_sharding::decide_server_sharding;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
-pub use context::{ShardLink, WatchContext, WatchError, WatchObserver};
 use context::{SyncGate, scoped_apis};
+pub use context::{WatchContext, WatchError, WatchObserver};
 pub use learned::{IgnoredSecretTypes, ServedApis};
 
 impl WatchContext {
@@ -75,9 +76,7 @@ impl WatchContext {
         // Before anything rolls stale workloads: what a kept halt holds stays held.
         self.engine.restore_halts(None).await;
         if let Some(inherited) = shard.as_ref().and_then(|l| l.handover.take_inherited()) {
-            let owned = |ns: &str| self.ownership.owns(ns);
-            self.catch_up(&self.start_targets(), &owned, &inherited.since)
-                .await;
+            catch_up_at_start(&*self, &inherited.since).await;
         }
         self.engine.reconcile_recorded(None);
         self.ready.store(true, Ordering::Release);
@@ -88,7 +87,10 @@ impl WatchContext {
         if let Some(link) = shard {
             link.coordinator.synced(start_generation);
             let ctx = self.clone();
-            tasks.spawn(async move { ctx.follow_assignment(link, start_generation).await });
+            tasks.spawn(async move {
+                follow_assignment(ctx, link, start_generation).await;
+                Err(WatchError::CoordinatorStopped)
+            });
         }
         match tasks.join_next().await {
             Some(Ok(Ok(()))) | None => Err(WatchError::Ended("watch task".into())),

@@ -13,6 +13,7 @@ use kube::runtime::watcher;
 use tracing::info;
 
 use crate::engine::Phase;
+use crate::handover::backfill::Indexing;
 
 use crate::shard::ListMark;
 
@@ -47,7 +48,7 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
             && phase.after_startup()
             && ctx.ownership.owns(&name)
         {
-            ctx.namespace_entered(&name).await;
+            Indexing::new(&**ctx).namespace_entered(&name).await;
         }
         Some(name)
     }

@@ -31,10 +31,8 @@ pub(super) fn spawn_all(
         .collect();
     let streams: usize = kinds.len() * scope_len(&ctx.settings.scope);
     let gate = SyncGate::new(streams);
-    let config = super::list_strategy::initial_list(
-        streaming_lists,
-        super::list_strategy::WORKLOAD_PAGE_SIZE,
-    );
+    let config =
+        super::list_strategy::initial_list(streaming_lists, crate::resources::WORKLOAD_PAGE_SIZE);
     for kind in kinds {
         let (watcher, gate, config) = (ctx.clone(), gate.clone(), config.clone());
         let run = move |gate: SyncGate| {

@@ -1,64 +1,42 @@
-//! The watch side of a shard handover (see `shard/handover.rs` for the protocol) and of a
-//! namespace entering the selection: namespaces gained are listed as a start-up would list
-//! them (workloads, ConfigMaps, Secrets and, with CSI integration, SecretProviderClassPodStatuses) and reconciled against recorded hashes; only then is the generation reported synced, so
-//! the previous owner lets go of a namespace only once it is fully indexed here. A failed LIST
-//! is retried with backoff (log line and metric) rather than skipped: a namespace reported
-//! synced while half indexed would treat its next config change as a creation and not reload.
+//! Indexing namespaces gained (a shard hand-over, or a namespace entering the selection): they
+//! are listed as a start-up would list them (workloads, ConfigMaps, Secrets and, with CSI
+//! integration, SecretProviderClassPodStatuses) and reconciled against recorded hashes; only
+//! then is the generation reported synced (`follow.rs`), so the previous owner lets go of a
+//! namespace only once it is fully indexed here. A failed LIST is retried with backoff (log line
+//! and metric) rather than skipped: a namespace reported synced while half indexed would treat
+//! its next config change as a creation and not reload.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, ObjectList};
-
-use crate::index::WorkloadObject;
 use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
-use crate::engine::Phase;
-use crate::handover::protocol::CatchUp;
+use crate::digest::ConfigSource;
+use crate::index::WorkloadObject;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::resources::{api_resource, spc_pod_status_resource};
+use crate::resources::{
+    CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE, api_resource, spc_pod_status_resource,
+};
 use crate::shard::server_sharding::with_selector;
 
-use super::context::{ShardLink, WatchContext, WatchError};
-use super::list_strategy::{CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE};
-use crate::digest::ConfigSource;
+use super::gains::{GainSink, Watches};
+use super::protocol::CatchUp;
 
-impl WatchContext {
-    /// Indexes namespaces this replica gains and forgets those it loses, then reports the
-    /// generation as synced (the previous owners let go only after that).
-    pub(super) async fn follow_assignment(
-        self: Arc<Self>,
-        mut link: ShardLink,
-        start_generation: u64,
-    ) -> Result<(), WatchError> {
-        while let Some(change) = link.changes.recv().await {
-            // Gains up to the start generation were covered by the first lists.
-            if change.generation > start_generation {
-                let entered: Vec<String> = change
-                    .entered
-                    .iter()
-                    .filter(|ns| self.ownership.owns(ns))
-                    .cloned()
-                    .collect();
-                self.namespaces_entered(&entered, change.catch_up.as_ref())
-                    .await;
-            }
-            for ns in &change.left {
-                if !self.ownership.owns(ns) {
-                    info!(namespace = %ns, "namespace moved to another replica, forgetting it");
-                    self.engine.namespace_moved_away(ns);
-                }
-            }
-            link.coordinator.synced(change.generation);
-        }
-        Err(WatchError::CoordinatorStopped)
+/// The backfill and catch-up of gained namespaces, over the watches that decode what they list.
+pub struct Indexing<'a, W> {
+    pub(super) watches: &'a W,
+}
+
+impl<'a, W: Watches> Indexing<'a, W> {
+    pub fn new(watches: &'a W) -> Self {
+        Self { watches }
     }
 
     /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
-    pub(super) async fn namespace_entered(&self, namespace: &str) {
+    pub async fn namespace_entered(&self, namespace: &str) {
         self.namespaces_entered(&[namespace.to_string()], None)
             .await;
     }
@@ -79,40 +57,39 @@ impl WatchContext {
             return;
         }
         info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
-        self.engine.backfill_started(namespaces);
+        self.watches.sink().backfill_started(namespaces);
         let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
         // Config states kept from before the namespace moved away (`Intake::namespace_moved_away`).
-        let kept = self.index.config_versions_in(&wanted);
+        let kept = self.watches.index().config_versions_in(&wanted);
         let listed = std::sync::Mutex::new(HashSet::new());
         let targets = self.list_targets(namespaces);
         for target in &targets {
             self.list_workloads(target, &wanted).await;
             // After the workloads: a config change met here fans out to them (see Intake).
             self.list_all_configs(target, &wanted, &listed).await;
+            let sink = self.watches.sink();
             match target.namespace() {
-                Some(ns) => self.engine.configs_backfilled([ns]),
-                None => self
-                    .engine
-                    .configs_backfilled(namespaces.iter().map(String::as_str)),
+                Some(ns) => sink.configs_backfilled([ns]),
+                None => sink.configs_backfilled(namespaces.iter().map(String::as_str)),
             };
         }
-        self.engine
-            .configs_backfilled(namespaces.iter().map(String::as_str));
+        let sink = self.watches.sink();
+        sink.configs_backfilled(namespaces.iter().map(String::as_str));
         self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
         let set: HashSet<String> = namespaces.iter().cloned().collect();
-        self.engine.restore_halts(Some(&set)).await;
+        sink.restore_halts(&set).await;
         if let Some(catch_up) = catch_up {
             let gained = |ns: &str| wanted.contains(ns);
             self.catch_up(&targets, &gained, &catch_up.since).await;
         }
-        let queued = self.engine.reconcile_recorded(Some(&set));
+        let queued = sink.reconcile_recorded(Some(&set));
         info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
     }
 
     /// Scoped mode: the shard assignment spans every namespace, but only the scope's can be read
     /// (anything else is a 403 and never watched).
     fn in_scope(&self, namespaces: &[String]) -> Vec<String> {
-        match &self.settings.scope {
+        match &self.watches.settings().scope {
             NamespaceScope::All => namespaces.to_vec(),
             NamespaceScope::Only(nss) => namespaces
                 .iter()
@@ -125,7 +102,7 @@ impl WatchContext {
     /// Where a start-up lists everything it owns: across the cluster (sharded to this replica
     /// by the client when the server shards), or each namespace of the scope.
     pub(super) fn start_targets(&self) -> Vec<ListTarget> {
-        match &self.settings.scope {
+        match &self.watches.settings().scope {
             NamespaceScope::All => vec![ListTarget::All],
             NamespaceScope::Only(nss) => nss.iter().cloned().map(ListTarget::Namespace).collect(),
         }
@@ -135,9 +112,10 @@ impl WatchContext {
     /// (a handover receives the gained share and nothing else). Otherwise each namespace when
     /// they are few, else the whole scope at once.
     fn list_targets(&self, namespaces: &[String]) -> Vec<ListTarget> {
-        let gained = match &self.settings.scope {
+        let gained = match &self.watches.settings().scope {
             NamespaceScope::All => self
-                .ownership
+                .watches
+                .ownership()
                 .shard()
                 .and_then(|s| s.gained_selector(namespaces)),
             NamespaceScope::Only(_) => None,
@@ -152,22 +130,19 @@ impl WatchContext {
                 .map(ListTarget::Namespace)
                 .collect();
         }
-        match &self.settings.scope {
-            NamespaceScope::All => vec![ListTarget::All],
-            NamespaceScope::Only(nss) => nss.iter().cloned().map(ListTarget::Namespace).collect(),
-        }
+        self.start_targets()
     }
 
     /// Every handled workload kind in `target`, keeping `wanted`'s.
     async fn list_workloads(&self, target: &ListTarget, wanted: &HashSet<&str>) {
         for kind in WorkloadKind::ALL
             .into_iter()
-            .filter(|k| self.lists_workloads(*k))
+            .filter(|k| self.watches.lists_workloads(*k))
         {
             let ar = api_resource(kind);
             let api: Api<WorkloadObject> = match target.namespace() {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-                None => Api::all_with(self.client.clone(), &ar),
+                Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
+                None => Api::all_with(self.watches.client().clone(), &ar),
             };
             self.backfill_pages(
                 &api,
@@ -178,7 +153,7 @@ impl WatchContext {
                 |obj: WorkloadObject| async move {
                     let ns = obj.metadata.namespace.as_deref();
                     if ns.is_some_and(|ns| wanted.contains(ns)) {
-                        self.apply_workload(kind, obj).await;
+                        self.watches.apply_workload(kind, obj).await;
                     }
                 },
             )
@@ -193,13 +168,14 @@ impl WatchContext {
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) {
-        if self.settings.watches_config(ConfigKind::ConfigMap) {
+        let settings = self.watches.settings();
+        if settings.watches_config(ConfigKind::ConfigMap) {
             self.list_configs::<ConfigMap>(target, wanted, listed).await;
         }
-        if self.settings.watches_config(ConfigKind::Secret) {
+        if settings.watches_config(ConfigKind::Secret) {
             self.list_configs::<Secret>(target, wanted, listed).await;
         }
-        if self.lists_configs(ConfigKind::SecretProviderClass) {
+        if self.watches.lists_configs(ConfigKind::SecretProviderClass) {
             self.list_pod_statuses(target, wanted).await;
         }
     }
@@ -208,8 +184,8 @@ impl WatchContext {
     async fn list_pod_statuses(&self, target: &ListTarget, wanted: &HashSet<&str>) {
         let ar = spc_pod_status_resource();
         let api: Api<DynamicObject> = match target.namespace() {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
+            Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
+            None => Api::all_with(self.watches.client().clone(), &ar),
         };
         let params = ListParams::default().limit(CONFIG_PAGE_SIZE);
         let resource = "secretproviderclasspodstatus";
@@ -217,8 +193,8 @@ impl WatchContext {
             let in_gained = obj
                 .namespace()
                 .is_some_and(|ns| wanted.contains(ns.as_str()));
-            if in_gained && let Some((key, state)) = self.prepare_spc(obj).await {
-                self.engine.config_applied(key, state, Phase::Backfill);
+            if in_gained && let Some((key, state)) = self.watches.prepare_spc(obj).await {
+                self.watches.sink().config_listed(key, state);
             }
         })
         .await;
@@ -229,7 +205,7 @@ impl WatchContext {
     fn forget_deleted_meanwhile(&self, kept: Vec<(ConfigKey, u64)>, listed: &HashSet<ConfigKey>) {
         for (key, version) in kept {
             if !listed.contains(&key) {
-                self.engine.config_deleted_unobserved(&key, version);
+                self.watches.sink().config_deleted_unobserved(&key, version);
             }
         }
     }
@@ -240,21 +216,14 @@ impl WatchContext {
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Send
+            + 'static,
         K::DynamicType: Default,
     {
-        let api: Api<K> = match target.namespace() {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
-        let mut params = ListParams::default();
-        if let Some(selector) = &self.settings.resource_label_selector {
-            params = params.labels(selector);
-        }
-        if let Some(fields) = self.settings.config_field_selector(K::KIND) {
-            params = params.fields(&fields);
-        }
-        let params = params.limit(CONFIG_PAGE_SIZE);
+        let api: Api<K> = self.config_api(target);
+        let params = self.config_list_params(K::KIND, ListParams::default());
         self.backfill_pages(&api, params, K::KIND.as_str(), target, wanted, |obj: K| {
             self.backfill_config(obj, wanted, listed)
         })
@@ -293,13 +262,13 @@ impl WatchContext {
                     }
                     Err(e) => e,
                 };
-                if !wanted.iter().any(|ns| self.ownership.owns(ns)) {
+                if !wanted.iter().any(|ns| self.watches.ownership().owns(ns)) {
                     info!(%target, resource, "stopped listing: no longer owned");
                     return;
                 }
                 warn!(%target, resource, %error, retry_in = ?backoff,
                     "backfill list failed; retrying before the namespaces count as synced");
-                self.observer.backfill_list_failed(resource);
+                self.watches.backfill_list_failed(resource);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKFILL_RETRY_CAP);
                 continue 'list;
@@ -309,7 +278,7 @@ impl WatchContext {
     }
 
     /// Indexes one listed config if it is in a gained namespace (hashed on the digest pool).
-    async fn backfill_config<K: ConfigSource>(
+    async fn backfill_config<K: ConfigSource + Send + 'static>(
         &self,
         obj: K,
         wanted: &HashSet<&str>,
@@ -320,9 +289,9 @@ impl WatchContext {
         };
         let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
         listed.lock().expect("listed keys").insert(key.clone());
-        match self.config_state(obj).await {
+        match self.watches.config_state(obj).await {
             Ok(state) => {
-                self.engine.config_applied(key, state, Phase::Backfill);
+                self.watches.sink().config_listed(key, state);
             }
             Err(e) => warn!(config = %key, error = %e, "config not hashed"),
         }

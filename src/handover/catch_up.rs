@@ -23,13 +23,13 @@ use kube::api::{Api, ListParams, VersionMatch};
 use tracing::{info, warn};
 
 use crate::digest::ConfigSource;
-use crate::handover::acted::ActedVersions;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
+use crate::resources::CONFIG_PAGE_SIZE;
 
-use super::backfill::{ListTarget, Pages};
-use super::context::WatchContext;
-use super::list_strategy::CONFIG_PAGE_SIZE;
+use super::acted::ActedVersions;
+use super::backfill::{Indexing, ListTarget, Pages};
+use super::gains::{GainSink, Watches};
 
 /// Attempts at a catch-up list that fails for another reason than a compacted history.
 const ATTEMPTS: u32 = 5;
@@ -56,7 +56,7 @@ impl CatchUpResult {
     }
 }
 
-impl WatchContext {
+impl<W: Watches> Indexing<'_, W> {
     /// Acts on every config of `targets` (in namespaces `wanted` accepts) that changed after
     /// `since` and before it was indexed here. Returns the workloads queued.
     pub(super) async fn catch_up(
@@ -68,7 +68,7 @@ impl WatchContext {
         let mut queued = 0;
         for target in targets {
             for (kind, version) in since.iter() {
-                if !self.lists_configs(kind) {
+                if !self.watches.lists_configs(kind) {
                     continue;
                 }
                 queued += match kind {
@@ -94,7 +94,10 @@ impl WatchContext {
         version: u64,
     ) -> usize
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Send
+            + 'static,
         K::DynamicType: Default,
     {
         let (result, queued, changed) = match self.configs_at::<K>(target, wanted, version).await {
@@ -102,7 +105,7 @@ impl WatchContext {
                 let changed = self.changed_since(K::KIND, wanted, &before);
                 let queued = changed
                     .iter()
-                    .map(|key| self.engine.missed_change(key, before.get(key)))
+                    .map(|key| self.watches.sink().missed_change(key, before.get(key)))
                     .sum();
                 (CatchUpResult::Compared, queued, changed.len())
             }
@@ -114,7 +117,7 @@ impl WatchContext {
                      never reloaded once)");
                 let queued = newer
                     .iter()
-                    .map(|key| self.engine.missed_change(key, None))
+                    .map(|key| self.watches.sink().missed_change(key, None))
                     .sum();
                 (CatchUpResult::Compacted, queued, newer.len())
             }
@@ -125,7 +128,7 @@ impl WatchContext {
                 (CatchUpResult::Failed, 0, 0)
             }
         };
-        self.observer.catch_up(result.as_str(), changed);
+        self.watches.caught_up(result.as_str(), changed);
         info!(%target, kind = K::KIND.as_str(), since = version, result = result.as_str(),
             changed, queued, "caught up with changes nobody acted on");
         queued
@@ -143,7 +146,8 @@ impl WatchContext {
             .iter()
             .filter(|(key, _)| key.kind == kind && wanted(&key.namespace))
             .filter(|(key, old)| {
-                self.index
+                self.watches
+                    .index()
                     .config(key)
                     .is_some_and(|now| now.digest != old.digest)
             })
@@ -161,7 +165,10 @@ impl WatchContext {
         version: u64,
     ) -> Vec<ConfigKey>
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Send
+            + 'static,
         K::DynamicType: Default,
     {
         let api = self.config_api::<K>(target);
@@ -182,7 +189,7 @@ impl WatchContext {
                 let namespace = obj.namespace().filter(|ns| wanted(ns))?;
                 let meta = obj.meta();
                 let changed = crate::index::resource_version(meta) > version
-                    && (self.settings.reload_on_create || written_since_creation(meta));
+                    && (self.watches.settings().reload_on_create || written_since_creation(meta));
                 changed.then(|| ConfigKey::interned(K::KIND, &namespace, &obj.name_any()))
             });
             written.extend(keys);
@@ -190,24 +197,25 @@ impl WatchContext {
         written
     }
 
-    fn config_api<K>(&self, target: &ListTarget) -> Api<K>
+    pub(super) fn config_api<K>(&self, target: &ListTarget) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         match target.namespace() {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
+            Some(ns) => Api::namespaced(self.watches.client().clone(), ns),
+            None => Api::all(self.watches.client().clone()),
         }
     }
 
     /// `params` with the page size and the config selectors of `kind`.
-    fn config_list_params(&self, kind: ConfigKind, params: ListParams) -> ListParams {
+    pub(super) fn config_list_params(&self, kind: ConfigKind, params: ListParams) -> ListParams {
+        let settings = self.watches.settings();
         let mut params = params.limit(CONFIG_PAGE_SIZE);
-        if let Some(selector) = &self.settings.resource_label_selector {
+        if let Some(selector) = &settings.resource_label_selector {
             params = params.labels(selector);
         }
-        if let Some(fields) = self.settings.config_field_selector(kind) {
+        if let Some(fields) = settings.config_field_selector(kind) {
             params = params.fields(&fields);
         }
         params
@@ -220,12 +228,13 @@ impl WatchContext {
         wanted: &(dyn Fn(&str) -> bool + Sync),
         version: u64,
     ) -> Vec<ConfigKey> {
-        self.index
+        let index = self.watches.index();
+        index
             .config_keys(kind, None)
             .into_iter()
             .filter(|key| wanted(&key.namespace))
             .filter(|key| {
-                self.index
+                index
                     .config(key)
                     .is_some_and(|s| s.resource_version > version)
             })
@@ -240,7 +249,10 @@ impl WatchContext {
         version: u64,
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Send
+            + 'static,
         K::DynamicType: Default,
     {
         let api = self.config_api::<K>(target);
@@ -277,7 +289,10 @@ impl WatchContext {
         wanted: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Send
+            + 'static,
         K::DynamicType: Default,
     {
         let mut before = HashMap::new();
@@ -288,7 +303,7 @@ impl WatchContext {
                     continue;
                 };
                 let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
-                match self.config_state(obj).await {
+                match self.watches.config_state(obj).await {
                     Ok(state) => {
                         before.insert(key, state);
                     }

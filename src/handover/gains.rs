@@ -1,0 +1,76 @@
+//! What indexing gained namespaces needs from the layers above the hand-over: the watches, which
+//! know how to decode and hash what a list brings ([`Watches`], implemented by
+//! `watch::WatchContext`), and the engine's intake, where it all goes ([`GainSink`], implemented
+//! by `engine::intake::Intake`). The backfill and the catch-up are written against these two, so
+//! the hand-over sits below the engine and the watches and they call into it.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::DynamicObject;
+
+use crate::config::Settings;
+use crate::digest::{ConfigSource, DigestPoolClosed};
+use crate::index::{ConfigState, ReverseIndex, WorkloadObject};
+use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::shard::Ownership;
+
+/// Where what a backfill or catch-up finds goes: the engine's intake.
+pub trait GainSink: Send + Sync + 'static {
+    /// A backfill of `namespaces` starts: their workloads and configs are not indexed yet, and
+    /// config changes met there wait for its list (`deferral.rs`).
+    fn backfill_started(&self, namespaces: &[String]);
+    /// A config the backfill listed; returns the workloads queued.
+    fn config_listed(&self, key: ConfigKey, state: ConfigState) -> usize;
+    /// The backfill has listed the workloads and then the configs of `namespaces`; returns the
+    /// workloads queued for changes that waited.
+    fn configs_backfilled<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) -> usize;
+    /// A config kept from before its namespace moved away was not listed when it came back.
+    fn config_deleted_unobserved(&self, key: &ConfigKey, version: u64);
+    /// Holds again what kept halts of `namespaces` held (before the reconcile).
+    fn restore_halts(&self, namespaces: &HashSet<String>) -> impl Future<Output = usize> + Send;
+    /// Reconciles recorded hashes in `namespaces` (`None`: every owned one); returns the
+    /// workloads queued.
+    fn reconcile_recorded(&self, namespaces: Option<&HashSet<String>>) -> usize;
+    /// A change nobody acted on, found by a catch-up; returns the workloads queued.
+    fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize;
+    /// A namespace moved to another replica.
+    fn namespace_moved_away(self: &Arc<Self>, namespace: &str);
+}
+
+/// What the backfill needs from the watches: the client and settings they list with, what they
+/// know about the cluster, and how they decode what a list brings.
+pub trait Watches: Send + Sync + 'static {
+    type Sink: GainSink;
+    fn sink(&self) -> &Arc<Self::Sink>;
+    fn client(&self) -> &Client;
+    fn settings(&self) -> &Settings;
+    fn ownership(&self) -> &Ownership;
+    fn index(&self) -> &ReverseIndex;
+    /// Whether workloads of `kind` can be listed now (handled, and their API served).
+    fn lists_workloads(&self, kind: WorkloadKind) -> bool;
+    /// The same for configs of `kind`.
+    fn lists_configs(&self, kind: ConfigKind) -> bool;
+    /// Hands one listed workload to the engine, as its watch would.
+    fn apply_workload(
+        &self,
+        kind: WorkloadKind,
+        obj: WorkloadObject,
+    ) -> impl Future<Output = ()> + Send;
+    /// The index state of one config (hashed on the digest pool; the payload is dropped).
+    fn config_state<K: ConfigSource + Send + 'static>(
+        &self,
+        obj: K,
+    ) -> impl Future<Output = Result<ConfigState, DigestPoolClosed>> + Send;
+    /// A SecretProviderClassPodStatus as its SecretProviderClass's state (CSI integration).
+    fn prepare_spc(
+        &self,
+        obj: DynamicObject,
+    ) -> impl Future<Output = Option<(ConfigKey, ConfigState)>> + Send;
+    /// A backfill LIST failed and will be retried (metric).
+    fn backfill_list_failed(&self, resource: &'static str);
+    /// A catch-up of one config kind ran: how it went and how many configs it found changed.
+    fn caught_up(&self, result: &'static str, changed: usize);
+}

@@ -1,0 +1,71 @@
+//! What the hand-over's backfill and catch-up use of the watches (`handover::gains`).
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::DynamicObject;
+
+use crate::config::Settings;
+use crate::digest::{ConfigSource, DigestPoolClosed};
+use crate::engine::intake::Intake;
+use crate::handover::gains::Watches;
+use crate::index::{ConfigState, ReverseIndex, WorkloadObject};
+use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::shard::Ownership;
+
+use super::context::WatchContext;
+
+impl Watches for WatchContext {
+    type Sink = Intake;
+
+    fn sink(&self) -> &Arc<Intake> {
+        &self.engine
+    }
+
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn ownership(&self) -> &Ownership {
+        &self.ownership
+    }
+
+    fn index(&self) -> &ReverseIndex {
+        &self.index
+    }
+
+    fn lists_workloads(&self, kind: WorkloadKind) -> bool {
+        WatchContext::lists_workloads(self, kind)
+    }
+
+    fn lists_configs(&self, kind: ConfigKind) -> bool {
+        WatchContext::lists_configs(self, kind)
+    }
+
+    async fn apply_workload(&self, kind: WorkloadKind, obj: WorkloadObject) {
+        WatchContext::apply_workload(self, kind, obj).await;
+    }
+
+    async fn config_state<K: ConfigSource + Send + 'static>(
+        &self,
+        obj: K,
+    ) -> Result<ConfigState, DigestPoolClosed> {
+        WatchContext::config_state(self, obj).await
+    }
+
+    async fn prepare_spc(&self, obj: DynamicObject) -> Option<(ConfigKey, ConfigState)> {
+        WatchContext::prepare_spc(self, obj).await
+    }
+
+    fn backfill_list_failed(&self, resource: &'static str) {
+        self.observer.backfill_list_failed(resource);
+    }
+
+    fn caught_up(&self, result: &'static str, changed: usize) {
+        self.observer.catch_up(result, changed);
+    }
+}
