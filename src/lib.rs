@@ -18,7 +18,7 @@ pub mod spans;
 pub mod access;
 /// Reloader's flags and the validated settings built from them.
 pub mod config;
-/// Which namespaces this replica acts on: selectors, Leases, the shard assignment, handover.
+/// Which namespaces this replica acts on: selectors, Leases, the shard assignment and its view.
 pub mod shard;
 
 // Pure rules.
@@ -40,7 +40,7 @@ pub mod alert;
 pub mod digest;
 /// Index events -> decisions -> queued writes.
 pub mod engine;
-/// Gaining and losing namespaces: what a replica does when ownership moves.
+/// The hand-over: gaining and losing namespaces without a gap or a double roll.
 pub mod handover;
 /// The reverse index: config -> workloads, with what is remembered of each.
 pub mod index;

@@ -1,4 +1,4 @@
-//! The handover guard of the write path (src/rollout/config_view.rs) against the real API server:
+//! The handover guard of the write path (src/handover/config_view.rs) against the real API server:
 //! while this replica's index is behind the server for a config, a write waits (`NotYet`), and a
 //! write carries the newest hash the index holds, so a lagging replica never writes an older hash
 //! after another wrote the newer one.

@@ -785,7 +785,7 @@ async fn scaling_1_4_1_under_continuous_changes_misses_nothing_and_duplicates_no
     let seen = rollouts.snapshot();
     let total: usize = seen.values().map(Vec::len).sum();
     // No workload goes back to an older hash (A, B, A): during a handover a write waits while
-    // its replica's view of the config is behind the API server (src/rollout/config_view.rs).
+    // its replica's view of the config is behind the API server (src/handover/config_view.rs).
     let rewrites: Vec<(&String, &Vec<String>)> = seen
         .iter()
         .filter(|(_, h)| h.len() != h.iter().collect::<std::collections::HashSet<_>>().len())

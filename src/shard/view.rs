@@ -24,7 +24,7 @@ pub struct ShardView {
 /// seconds under load; past this window only one replica acts on a namespace.
 pub const SETTLE_WINDOW: Duration = Duration::from_secs(30);
 
-/// View transitions, each applied under the view's lock by [`ShardState::update_view`]. The
+/// View transitions, each applied under the view's lock by [`super::ShardState::update_view`]. The
 /// handover loop decides from a snapshot taken before reading the Leases; each transition
 /// re-checks the generation so an assignment installed meanwhile is never overwritten.
 impl ShardView {

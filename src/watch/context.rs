@@ -42,7 +42,7 @@ pub trait WatchObserver: Send + Sync + 'static {
     fn backfill_list_failed(&self, _resource: &'static str) {}
     /// Whether the API server is asked to send only this replica's namespaces.
     fn server_side_sharding(&self, _on: bool) {}
-    /// A catch-up of changes nobody acted on ran for one config kind (`catch_up.rs`): how it
+    /// A catch-up of changes nobody acted on ran for one config kind (`handover/catch_up.rs`): how it
     /// went and how many configs it found changed.
     fn catch_up(&self, _result: &'static str, _changed: usize) {}
     /// A check of an optional API (a CRD-backed kind a flag turns on) found it served or not.
