@@ -24,9 +24,10 @@ pub struct ShardView {
 /// seconds under load; past this window only one replica acts on a namespace.
 pub const SETTLE_WINDOW: Duration = Duration::from_secs(30);
 
-/// View transitions, each applied under the view's lock by [`super::ShardState::update_view`]. The
-/// handover loop decides from a snapshot taken before reading the Leases; each transition
-/// re-checks the generation so an assignment installed meanwhile is never overwritten.
+/// View transitions, each applied under the view's lock by
+/// [`super::ShardState::update_view`]. The hand-over's steps (`handover::steps`) are decided
+/// from a snapshot taken before reading the Leases; each transition re-checks the generation so
+/// an assignment installed meanwhile is never overwritten.
 impl ShardView {
     pub fn generation(&self) -> Option<u64> {
         self.current.as_ref().map(|a| a.generation)
