@@ -216,10 +216,7 @@ impl<'a, W: Watches> Indexing<'a, W> {
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) where
-        K: ConfigSource
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Send
-            + 'static,
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let api: Api<K> = self.config_api(target);
@@ -278,7 +275,7 @@ impl<'a, W: Watches> Indexing<'a, W> {
     }
 
     /// Indexes one listed config if it is in a gained namespace (hashed on the digest pool).
-    async fn backfill_config<K: ConfigSource + Send + 'static>(
+    async fn backfill_config<K: ConfigSource>(
         &self,
         obj: K,
         wanted: &HashSet<&str>,

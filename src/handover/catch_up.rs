@@ -94,10 +94,7 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> usize
     where
-        K: ConfigSource
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Send
-            + 'static,
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let (result, queued, changed) = match self.configs_at::<K>(target, wanted, version).await {
@@ -165,10 +162,7 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> Vec<ConfigKey>
     where
-        K: ConfigSource
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Send
-            + 'static,
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let api = self.config_api::<K>(target);
@@ -249,10 +243,7 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Send
-            + 'static,
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let api = self.config_api::<K>(target);
@@ -289,10 +280,7 @@ impl<W: Watches> Indexing<'_, W> {
         wanted: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Send
-            + 'static,
+        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let mut before = HashMap::new();

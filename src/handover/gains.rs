@@ -60,7 +60,7 @@ pub trait Watches: Send + Sync + 'static {
         obj: WorkloadObject,
     ) -> impl Future<Output = ()> + Send;
     /// The index state of one config (hashed on the digest pool; the payload is dropped).
-    fn config_state<K: ConfigSource + Send + 'static>(
+    fn config_state<K: ConfigSource>(
         &self,
         obj: K,
     ) -> impl Future<Output = Result<ConfigState, DigestPoolClosed>> + Send;

@@ -440,11 +440,7 @@ mod tests {
     }
 
     fn assignment(generation: u64, members: &[&str]) -> Arc<Assignment> {
-        Arc::new(Assignment {
-            generation,
-            members: members.iter().map(|m| m.to_string()).collect(),
-            ..Default::default()
-        })
+        Arc::new(Assignment::of_members(generation, members))
     }
 
     #[test]

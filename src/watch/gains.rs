@@ -50,10 +50,7 @@ impl Watches for WatchContext {
         WatchContext::apply_workload(self, kind, obj).await;
     }
 
-    async fn config_state<K: ConfigSource + Send + 'static>(
-        &self,
-        obj: K,
-    ) -> Result<ConfigState, DigestPoolClosed> {
+    async fn config_state<K: ConfigSource>(&self, obj: K) -> Result<ConfigState, DigestPoolClosed> {
         WatchContext::config_state(self, obj).await
     }
 

@@ -1,11 +1,7 @@
 use super::*;
 
 fn assignment(generation: u64, members: &[&str]) -> Arc<Assignment> {
-    Arc::new(Assignment {
-        generation,
-        members: members.iter().map(|m| m.to_string()).collect(),
-        ..Default::default()
-    })
+    Arc::new(Assignment::of_members(generation, members))
 }
 
 #[test]
