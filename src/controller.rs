@@ -334,6 +334,7 @@ fn build_pipeline(
     ));
     let engine = Arc::new(engine);
     tokio::spawn(engine.clone().run_breaker_releases());
+    tokio::spawn(engine.clone().run_hold_releases());
     let pool = match settings.digest_workers {
         0 => DigestPool::for_available_parallelism(),
         n => DigestPool::new(n),

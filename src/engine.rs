@@ -14,6 +14,8 @@ use crate::decide::{
 };
 use crate::index::{ConfigState, ConfigTransition, ReverseIndex, WorkloadEntry};
 use crate::model::{ConfigKey, Counted};
+use crate::reload_policy::ReloadTiming;
+use crate::reload_windows::HeldReload;
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::wave_runner::{Rolled, WaveItem, WaveRunner, WaveSink};
 use crate::rollout::{Hold, Priority, QueueObserver, QueuedChange, ReloadQueue, WorkloadWriter};
@@ -26,6 +28,7 @@ mod churn;
 mod halts;
 pub mod intake;
 mod recovery;
+mod timing;
 use crate::handover::acted::ActedTracker;
 pub use breaker::{BreakerNotice, ChurnBreaker};
 
@@ -59,6 +62,8 @@ pub struct Engine<W, O, C = ()> {
     waves: Option<Arc<WaveRunner>>,
     /// Namespaces' own wave policies (`kube-reloader.io/waves`), where namespaces are watched.
     namespace_waves: dashmap::DashMap<String, PolicyText, ahash::RandomState>,
+    /// Maintenance windows and delays: the namespaces' own, and the reloads they hold.
+    timing: timing::Timing,
 }
 
 /// A config event as the fan-out sees it.
@@ -139,12 +144,20 @@ pub trait ConfigEvents: Send + Sync + 'static {
     fn namespace_left(&self, namespace: &str);
     /// A namespace's own wave policy (`None`: it has none, or it is gone).
     fn namespace_waves(&self, namespace: &str, policy: Option<PolicyText>);
+    /// A namespace's own window and delay (any time: none, or it is gone).
+    fn namespace_timing(&self, namespace: &str, timing: ReloadTiming);
     /// Where halts are kept (`None`: nowhere but in memory).
     fn halts(&self) -> Option<crate::rollout::halts::HaltStore>;
     /// Holds again what the kept halts of `namespaces` (`None`: every owned one) held.
     fn restore_halts(
         &self,
         records: &[HaltRecord],
+        namespaces: Option<&std::collections::HashSet<String>>,
+    ) -> usize;
+    /// Holds again what the kept held reloads of `namespaces` (`None`: every owned one) held.
+    fn restore_held(
+        &self,
+        records: &[HeldReload],
         namespaces: Option<&std::collections::HashSet<String>>,
     ) -> usize;
 }
@@ -166,6 +179,11 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
         if let Some(runner) = &self.waves {
             runner.abandon_namespace(namespace);
         }
+        self.timing.forget_namespace(namespace);
+    }
+
+    fn namespace_timing(&self, namespace: &str, timing: ReloadTiming) {
+        self.timing.namespace(namespace, timing);
     }
 
     fn namespace_waves(&self, namespace: &str, policy: Option<PolicyText>) {
@@ -189,6 +207,14 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> ConfigEvents for En
         namespaces: Option<&std::collections::HashSet<String>>,
     ) -> usize {
         Engine::restore_halts(self, records, namespaces)
+    }
+
+    fn restore_held(
+        &self,
+        records: &[HeldReload],
+        namespaces: Option<&std::collections::HashSet<String>>,
+    ) -> usize {
+        Engine::restore_held(self, records, namespaces)
     }
 
     fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize {
@@ -250,6 +276,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             acted: ActedTracker::default(),
             waves: None,
             namespace_waves: Default::default(),
+            timing: Default::default(),
         }
     }
 
@@ -455,9 +482,11 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         })
     }
 
-    /// The one way reloads leave the engine: through the config's wave policy to the wave
-    /// runner when it has one and they are more than its threshold, else to the queue now.
+    /// The one way reloads leave the engine: those a workload's window or delay holds wait
+    /// (`timing.rs`); the others go through the config's wave policy to the wave runner when it
+    /// has one and they are more than its threshold, else to the queue now.
     fn dispatch(&self, key: &ConfigKey, state: &ConfigState, deleted: bool, items: Vec<WaveItem>) {
+        let items = self.hold_untimely(items);
         let waves = self.waves.as_ref().and_then(|runner| {
             self.wave_policy(key, state, deleted)
                 .map(|policy| (runner, policy))

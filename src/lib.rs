@@ -28,6 +28,8 @@ pub mod decide;
 pub mod references;
 /// A workload's reload policy, parsed once from its annotations.
 pub mod reload_policy;
+/// When a workload may be reloaded: maintenance windows and a delay after a change.
+pub mod reload_windows;
 /// What Reloader writes: hash recipes, env var and annotation names, template edits.
 pub mod reloader_format;
 /// Safe reloads: the wave policy, the plan, workload health and the wave state machine.

@@ -10,6 +10,7 @@ use regex::Regex;
 use crate::config::AnnotationKeys;
 use crate::go_values::parse_go_duration;
 use crate::model::ConfigKind;
+use crate::reload_windows::ReloadWindow;
 
 /// A tri-state bool annotation, as Reloader reads it: absent or empty is `Unset` (lets
 /// `--auto-reload-all` apply); anything `ParseBool` rejects counts as `False`.
@@ -167,6 +168,14 @@ pub enum PolicyProblem {
     UnknownCronJobReloadStrategy {
         value: String,
     },
+    InvalidWindow {
+        value: String,
+        error: String,
+    },
+    InvalidDelay {
+        value: String,
+        error: String,
+    },
 }
 
 impl PolicyProblem {
@@ -177,6 +186,8 @@ impl PolicyProblem {
             PolicyProblem::InvalidPausePeriod { .. } => &keys.pause_period,
             PolicyProblem::UnknownRolloutStrategy { .. } => &keys.rollout_strategy,
             PolicyProblem::UnknownCronJobReloadStrategy { .. } => &keys.cronjob_reload_strategy,
+            PolicyProblem::InvalidWindow { .. } => &keys.reload_window,
+            PolicyProblem::InvalidDelay { .. } => &keys.reload_delay,
         }
     }
 }
@@ -205,6 +216,14 @@ impl std::fmt::Display for PolicyProblem {
             PolicyProblem::UnknownCronJobReloadStrategy { value } => write!(
                 f,
                 "cronjob reload strategy '{value}' is unknown (patch, or unset to create a Job); creating a Job"
+            ),
+            PolicyProblem::InvalidWindow { value, error } => write!(
+                f,
+                "reload window '{value}' is not a window and is ignored (reloads run at any time): {error}"
+            ),
+            PolicyProblem::InvalidDelay { value, error } => write!(
+                f,
+                "reload delay '{value}' is not a duration and is ignored: {error}"
             ),
         }
     }
@@ -288,6 +307,66 @@ pub fn pause_period_of(
     }
 }
 
+/// When a workload (or a namespace) may be reloaded: its maintenance window and the delay
+/// after a change, each `None` when absent or malformed (a malformed one is a problem and
+/// reloads run as if it were absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadTiming {
+    pub window: Option<Arc<ReloadWindow>>,
+    pub delay: Option<Duration>,
+}
+
+impl ReloadTiming {
+    /// From `annotations` (a workload's metadata, or a namespace's).
+    pub fn read(
+        keys: &AnnotationKeys,
+        annotations: &BTreeMap<String, String>,
+    ) -> (ReloadTiming, Vec<PolicyProblem>) {
+        let mut problems = Vec::new();
+        let window = annotations.get(&keys.reload_window).and_then(|value| {
+            ReloadWindow::parse(value)
+                .map_err(|e| {
+                    problems.push(PolicyProblem::InvalidWindow {
+                        value: value.clone(),
+                        error: e.to_string(),
+                    })
+                })
+                .ok()
+        });
+        let delay =
+            annotations
+                .get(&keys.reload_delay)
+                .and_then(|value| match parse_go_duration(value) {
+                    Ok(d) => Some(d).filter(|d| *d > Duration::ZERO),
+                    Err(e) => {
+                        problems.push(PolicyProblem::InvalidDelay {
+                            value: value.clone(),
+                            error: e.to_string(),
+                        });
+                        None
+                    }
+                });
+        let timing = ReloadTiming {
+            window: window.map(Arc::new),
+            delay,
+        };
+        (timing, problems)
+    }
+
+    /// No window and no delay: reloads go out as soon as they are decided.
+    pub fn is_any_time(&self) -> bool {
+        self.window.is_none() && self.delay.is_none()
+    }
+
+    /// The workload's own where it has one, else the namespace's, each part on its own.
+    pub fn or(&self, namespace: &ReloadTiming) -> ReloadTiming {
+        ReloadTiming {
+            window: self.window.clone().or_else(|| namespace.window.clone()),
+            delay: self.delay.or(namespace.delay),
+        }
+    }
+}
+
 /// Parses a reload list: split on `,`, trim, each entry anchored `^entry$`. Invalid entries are
 /// skipped and reported; the others still apply.
 pub fn parse_name_list(
@@ -359,6 +438,8 @@ pub struct ReloadPolicy {
     /// `kube-reloader.io/precise-keys` (metadata): this workload counts only the keys it reads
     /// (`true`), or the whole config (`false`), whatever `--precise-keys` says.
     pub precise_keys: Toggle,
+    /// `kube-reloader.io/reload-window` and `reload-delay` (metadata): when it may be reloaded.
+    pub timing: ReloadTiming,
     pub problems: Vec<PolicyProblem>,
 }
 
@@ -427,7 +508,8 @@ impl ReloadPolicy {
     fn simple(&self) -> Option<SimplePolicy> {
         let lists = self.by_type.iter().any(|t| !t.explicit.is_empty())
             || self.excludes.iter().any(|e| !e.is_empty())
-            || !self.problems.is_empty();
+            || !self.problems.is_empty()
+            || !self.timing.is_any_time();
         (!lists).then(|| SimplePolicy {
             switches: self
                 .by_type
@@ -547,6 +629,10 @@ impl ReloadPolicy {
         });
         trace_metadata_only(&mut trace, &keys.precise_keys, None, metadata, template);
         let precise_keys = Toggle::parse(metadata.get(&keys.precise_keys).map(String::as_str));
+        trace_metadata_only(&mut trace, &keys.reload_window, None, metadata, template);
+        trace_metadata_only(&mut trace, &keys.reload_delay, None, metadata, template);
+        let (timing, timing_problems) = ReloadTiming::read(keys, metadata);
+        problems.extend(timing_problems);
         problems.dedup();
         ReloadPolicy {
             by_type,
@@ -554,6 +640,7 @@ impl ReloadPolicy {
             rollout_strategy,
             pause_period,
             precise_keys,
+            timing,
             problems,
         }
     }

@@ -46,6 +46,8 @@ pub enum ConfigCause {
     HeldByHalt,
     /// Its workloads record an older value: it changed while nobody watched them.
     MissedWhileDown,
+    /// A workload's maintenance window opened, or its delay passed, on a change it held.
+    HeldByTiming,
 }
 
 impl ConfigCause {
@@ -55,6 +57,7 @@ impl ConfigCause {
             ConfigCause::Deleted => "deleted",
             ConfigCause::HeldByHalt => "held_by_halt",
             ConfigCause::MissedWhileDown => "missed_while_down",
+            ConfigCause::HeldByTiming => "held_by_timing",
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct AnnotationKeys {
     pub last_reloaded_from: String,
     /// This project's own: key-precise values per workload (not configurable, not Reloader's).
     pub precise_keys: String,
+    /// This project's own: the maintenance window and the delay after a change
+    /// (`reload_windows`), on a workload or its namespace.
+    pub reload_window: String,
+    pub reload_delay: String,
 }
 
 impl Default for AnnotationKeys {
@@ -50,6 +54,8 @@ impl Default for AnnotationKeys {
             paused_at: "deployment.reloader.stakater.com/paused-at".into(),
             last_reloaded_from: "reloader.stakater.com/last-reloaded-from".into(),
             precise_keys: "kube-reloader.io/precise-keys".into(),
+            reload_window: "kube-reloader.io/reload-window".into(),
+            reload_delay: "kube-reloader.io/reload-delay".into(),
         }
     }
 }
@@ -58,7 +64,7 @@ impl AnnotationKeys {
     /// Every key, as configured: what the controller reads on workloads, pod templates and
     /// configs, and what it writes (lint flags any other key under the same domains). The
     /// destructuring makes a new field a compile error here until it is listed.
-    pub fn all(&self) -> [&str; 19] {
+    pub fn all(&self) -> [&str; 21] {
         let Self {
             auto,
             search,
@@ -79,6 +85,8 @@ impl AnnotationKeys {
             paused_at,
             last_reloaded_from,
             precise_keys,
+            reload_window,
+            reload_delay,
         } = self;
         [
             auto,
@@ -100,6 +108,8 @@ impl AnnotationKeys {
             paused_at,
             last_reloaded_from,
             precise_keys,
+            reload_window,
+            reload_delay,
         ]
         .map(String::as_str)
     }

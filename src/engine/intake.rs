@@ -18,7 +18,7 @@ use crate::index::{
     ConfigState, ReverseIndex, WorkloadEntry, WorkloadObject, workload_entry_from_object,
 };
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
-use crate::reload_policy::PolicyProblem;
+use crate::reload_policy::{PolicyProblem, ReloadTiming};
 use crate::resources::workload_reference;
 use crate::rollout::Tenants;
 use crate::rollout::events::EventSink;
@@ -236,11 +236,20 @@ impl Intake {
             }
         });
         self.configs.namespace_waves(namespace, policy);
+        let (timing, problems) = match &meta.annotations {
+            Some(annotations) => ReloadTiming::read(&self.settings.keys, annotations),
+            None => Default::default(),
+        };
+        for problem in problems {
+            warn!(namespace, %problem, "ignoring the namespace's reload timing");
+        }
+        self.configs.namespace_timing(namespace, timing);
     }
 
     pub fn namespace_deleted(&self, namespace: &str) {
         self.tenants.namespace_gone(namespace);
         self.configs.namespace_waves(namespace, None);
+        self.configs.namespace_timing(namespace, Default::default());
     }
 
     /// A namespace list returned `seen`: the tenants of the others are forgotten. Returns how
@@ -385,8 +394,13 @@ impl Intake {
             return 0;
         };
         match store.load().await {
-            Ok(records) if records.is_empty() => 0,
-            Ok(records) => self.configs.restore_halts(&records, namespaces),
+            Ok(kept) => {
+                self.configs.restore_held(&kept.held, namespaces);
+                match kept.halts.is_empty() {
+                    true => 0,
+                    false => self.configs.restore_halts(&kept.halts, namespaces),
+                }
+            }
             Err(e) => {
                 warn!(error = %e, "reading the kept halts failed: halted changes start over in waves");
                 0

@@ -853,3 +853,135 @@ async fn a_change_deferred_during_a_backfill_holds_the_acted_version_until_it_is
     assert_eq!(writes.0.lock().unwrap().len(), 1);
     assert_eq!(e.acted.acted().get(ConfigKind::ConfigMap), Some(20));
 }
+
+/// A window that opens two hours from now (closed now, whatever the time the test runs).
+fn window_closed_now() -> String {
+    let hour = jiff::Timestamp::now()
+        .as_second()
+        .div_euclid(3600)
+        .rem_euclid(24);
+    format!("{:02}:00-{:02}:00", (hour + 2) % 24, (hour + 3) % 24)
+}
+
+fn timed_deployment(e: &Engine<Writes, ()>, timing: serde_json::Value) {
+    let mut annotations = json!({"reloader.stakater.com/auto": "true"});
+    annotations
+        .as_object_mut()
+        .unwrap()
+        .extend(timing.as_object().unwrap().clone());
+    deployment(e, "timed", annotations, json!([]));
+}
+
+#[tokio::test]
+async fn a_closed_window_holds_every_change_and_rolls_once_when_it_opens() {
+    let (e, writes) = engine(&[]);
+    let window = json!({"kube-reloader.io/reload-window": window_closed_now()});
+    timed_deployment(&e, window);
+    e.config_applied(cfg(), state("v1"), Phase::Startup);
+    e.config_applied(cfg(), state("v2"), Phase::Live);
+    e.config_applied(cfg(), state("v3"), Phase::Live);
+    settle(&e).await;
+    assert!(
+        written(&writes).is_empty(),
+        "held while the window is closed"
+    );
+    let workload = WorkloadKey::new(WorkloadKind::Deployment, "ns", "timed");
+    let (configs, _) = e.held_for(&workload).expect("held");
+    assert_eq!(configs, [cfg()]);
+    assert_eq!(e.release_due_holds(), 0, "not due yet");
+
+    // The window opens (here: the annotation goes; the release reads the policy as it is now).
+    timed_deployment(&e, json!({}));
+    assert_eq!(e.release_due_holds(), 1);
+    settle(&e).await;
+    assert_eq!(
+        written(&writes),
+        [(
+            "timed".to_string(),
+            Some(state("v3").digest.reloader_hash())
+        )],
+        "one rollout, to the value now"
+    );
+    assert!(e.held_for(&workload).is_none());
+    assert_eq!(e.release_due_holds(), 0);
+}
+
+#[tokio::test]
+async fn a_delay_holds_a_change_and_the_workloads_without_one_roll_at_once() {
+    let (e, writes) = engine(&[]);
+    timed_deployment(&e, json!({"kube-reloader.io/reload-delay": "1h"}));
+    deployment(
+        &e,
+        "auto",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!([]),
+    );
+    e.config_applied(cfg(), state("v1"), Phase::Startup);
+    e.config_applied(cfg(), state("v2"), Phase::Live);
+    settle(&e).await;
+    let names: Vec<String> = written(&writes).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["auto"]);
+    let workload = WorkloadKey::new(WorkloadKind::Deployment, "ns", "timed");
+    let (_, due) = e.held_for(&workload).expect("held");
+    let wait = due.duration_since(jiff::Timestamp::now());
+    assert!(wait > jiff::SignedDuration::from_mins(59), "{wait:?}");
+}
+
+#[tokio::test]
+async fn held_reloads_are_restored_for_owned_namespaces_only() {
+    let (e, writes) = engine(&[]);
+    timed_deployment(&e, json!({}));
+    e.config_applied(cfg(), state("v1"), Phase::Startup);
+    let workload = WorkloadKey::new(WorkloadKind::Deployment, "ns", "timed");
+    let elsewhere = WorkloadKey::new(WorkloadKind::Deployment, "other", "timed");
+    let since = jiff::Timestamp::now();
+    let records = [
+        HeldReload::new(&workload, &[cfg()], since),
+        HeldReload::new(&elsewhere, &[cfg()], since),
+    ];
+    let only_ns: std::collections::HashSet<String> = ["ns".to_string()].into();
+    assert_eq!(e.restore_held(&records, Some(&only_ns)), 1);
+    // Due at once (the workload has no window now): it rolls to the config's value.
+    assert_eq!(e.release_due_holds(), 1);
+    settle(&e).await;
+    assert_eq!(
+        written(&writes),
+        [(
+            "timed".to_string(),
+            Some(state("v1").digest.reloader_hash())
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_timing_applies_where_the_workload_has_none() {
+    let (e, _) = engine(&[]);
+    timed_deployment(&e, json!({"kube-reloader.io/reload-delay": "5m"}));
+    let workload = WorkloadKey::new(WorkloadKind::Deployment, "ns", "timed");
+    let (timing, problems) = ReloadTiming::read(
+        &e.settings.keys,
+        &[
+            (
+                "kube-reloader.io/reload-window".to_string(),
+                "sat 01:00-02:00".to_string(),
+            ),
+            (
+                "kube-reloader.io/reload-delay".to_string(),
+                "1h".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    assert!(problems.is_empty());
+    ConfigEvents::namespace_timing(&e, "ns", timing);
+    let applied = e.timing_of(&workload);
+    assert_eq!(
+        applied.delay,
+        Some(Duration::from_secs(300)),
+        "the workload's own"
+    );
+    assert_eq!(
+        applied.window.map(|w| w.to_string()),
+        Some("sat 01:00-02:00".into())
+    );
+}

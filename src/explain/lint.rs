@@ -96,6 +96,8 @@ fn annotation_findings(f: &mut Findings<'_>, annotations: &[AnnotationRead]) {
             PolicyProblem::InvalidPausePeriod { .. } => "invalid-pause-period",
             PolicyProblem::UnknownRolloutStrategy { .. } => "invalid-rollout-strategy",
             PolicyProblem::UnknownCronJobReloadStrategy { .. } => "invalid-cronjob-reload-strategy",
+            PolicyProblem::InvalidWindow { .. } => "invalid-reload-window",
+            PolicyProblem::InvalidDelay { .. } => "invalid-reload-delay",
         };
         f.push(Severity::Error, check, problem.to_string());
     }

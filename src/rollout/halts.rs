@@ -1,8 +1,9 @@
 //! Keeps halts in the cluster (the `kube-reloader-halts` ConfigMap of the controller's
-//! namespace, one data key per halted config), so that a restarted replica or the namespace's
-//! next owner holds what this one held. One task writes, in the order halts and releases
-//! happened: a release never lands before the halt it ends. Each write is a JSON merge patch of
-//! one key, so replicas writing their own configs' keys never conflict.
+//! namespace, one data key per halted config), and the reloads a maintenance window or a delay
+//! holds (one key per workload), so that a restarted replica or the namespace's next owner holds
+//! what this one held. One task writes, in the order halts, holds and releases happened: a
+//! release never lands before the halt it ends. Each write is a JSON merge patch of one key, so
+//! replicas writing their own keys never conflict.
 
 use std::time::Duration;
 
@@ -12,12 +13,21 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::model::ConfigKey;
-use crate::waves::{HALTS_CONFIGMAP, HaltRecord, data_key, records_from};
+use crate::model::{ConfigKey, WorkloadKey};
+use crate::reload_windows::HeldReload;
+use crate::waves::{HALTS_CONFIGMAP, HELD_PREFIX, HaltRecord, data_key, records_from};
 
-enum Write {
-    Save(HaltRecord),
-    Remove(ConfigKey),
+/// One data key set (`Some`) or removed (`None`).
+struct Write {
+    key: String,
+    value: Option<String>,
+}
+
+/// What the ConfigMap keeps.
+#[derive(Debug, Default)]
+pub struct Kept {
+    pub halts: Vec<HaltRecord>,
+    pub held: Vec<HeldReload>,
 }
 
 /// Attempts per write before it is given up (logged): the halt then lives in memory only.
@@ -44,50 +54,70 @@ impl HaltStore {
     }
 
     pub fn save(&self, record: HaltRecord) {
-        let _ = self.writes.send(Write::Save(record));
+        let Ok(config) = record.config() else { return };
+        self.write(data_key(&config), Some(record.encode()));
     }
 
     pub fn remove(&self, config: &ConfigKey) {
-        let _ = self.writes.send(Write::Remove(config.clone()));
+        self.write(data_key(config), None);
     }
 
-    /// Every halt kept (none when the ConfigMap does not exist); an entry that does not read
-    /// as a halt is logged and left out.
-    pub async fn load(&self) -> Result<Vec<HaltRecord>, kube::Error> {
+    /// Keeps `held` as the reloads `workload` waits with (replacing what was kept).
+    pub fn hold(&self, workload: &WorkloadKey, held: &HeldReload) {
+        let value = serde_json::to_string(held).expect("a held reload encodes");
+        self.write(HeldReload::data_key(workload), Some(value));
+    }
+
+    pub fn release(&self, workload: &WorkloadKey) {
+        self.write(HeldReload::data_key(workload), None);
+    }
+
+    fn write(&self, key: String, value: Option<String>) {
+        let _ = self.writes.send(Write { key, value });
+    }
+
+    /// Every halt and held reload kept (none when the ConfigMap does not exist); an entry that
+    /// does not read as one is logged and left out.
+    pub async fn load(&self) -> Result<Kept, kube::Error> {
         let Some(cm) = self.api.get_opt(HALTS_CONFIGMAP).await? else {
-            return Ok(Vec::new());
+            return Ok(Kept::default());
         };
-        let (records, bad) = records_from(cm.data.unwrap_or_default());
+        let data = cm.data.unwrap_or_default();
+        let held = data
+            .iter()
+            .filter(|(key, _)| key.starts_with(HELD_PREFIX))
+            .filter_map(|(key, text)| match serde_json::from_str(text) {
+                Ok(held) => Some(held),
+                Err(e) => {
+                    warn!(key, error = %e, "ignoring an entry of {HALTS_CONFIGMAP}");
+                    None
+                }
+            })
+            .collect();
+        let (halts, bad) = records_from(data);
         for (key, e) in bad {
             warn!(key, error = %e, "ignoring an entry of {HALTS_CONFIGMAP}");
         }
-        Ok(records)
+        Ok(Kept { halts, held })
     }
 }
 
 async fn write_in_order(api: Api<ConfigMap>, mut pending: mpsc::UnboundedReceiver<Write>) {
-    while let Some(write) = pending.recv().await {
-        let (config, value) = match &write {
-            Write::Save(record) => match record.config() {
-                Ok(config) => (config, json!(record.encode())),
-                Err(_) => continue,
-            },
-            Write::Remove(config) => (config.clone(), serde_json::Value::Null),
-        };
-        let key = data_key(&config);
+    while let Some(Write { key, value }) = pending.recv().await {
+        let value = value.map_or(serde_json::Value::Null, |v| json!(v));
         let mut delay = Duration::from_millis(200);
         for attempt in 1..=ATTEMPTS {
             match write_key(&api, &key, &value).await {
                 Ok(()) => {
-                    debug!(config = %config, removed = value.is_null(), "halt record written");
+                    debug!(key, removed = value.is_null(), "halt record written");
                     break;
                 }
                 Err(e) if attempt == ATTEMPTS => {
-                    warn!(config = %config, error = %e, attempts = ATTEMPTS,
-                        "writing the halt record failed: the halt is kept in memory only");
+                    warn!(key, error = %e, attempts = ATTEMPTS,
+                        "writing the halt record failed: it is kept in memory only");
                 }
                 Err(e) => {
-                    debug!(config = %config, error = %e, attempt, "writing the halt record failed");
+                    debug!(key, error = %e, attempt, "writing the halt record failed");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                 }

@@ -14,5 +14,5 @@ mod sequence;
 pub use health::{Health, assess};
 pub use plan::{CANARY_LABEL, Candidate, plan_waves};
 pub use policy::{PolicyText, RESUME_ANNOTATION, WAVES_ANNOTATION, WavePolicy, resolve};
-pub use record::{HALTS_CONFIGMAP, HaltRecord, data_key, records_from};
+pub use record::{HALTS_CONFIGMAP, HELD_PREFIX, HaltRecord, data_key, kept_key, records_from};
 pub use sequence::{Halt, Sequence, Step};

@@ -12,6 +12,9 @@ use super::Halt;
 
 /// The ConfigMap, in the controller's namespace, that holds every halt.
 pub const HALTS_CONFIGMAP: &str = "kube-reloader-halts";
+/// The same ConfigMap keeps the reloads a maintenance window or a delay holds, one key per
+/// workload under this prefix (`reload_windows::HeldReload`).
+pub const HELD_PREFIX: &str = "held.";
 
 /// Longest data key a ConfigMap takes.
 const MAX_KEY: usize = 253;
@@ -82,13 +85,17 @@ impl HaltRecord {
     }
 }
 
-/// The halts of the ConfigMap's `data`; an entry that does not read as one is returned apart,
-/// with why, for the caller to report.
+/// The halts of the ConfigMap's `data` (the reloads held by a window or a delay, under
+/// [`HELD_PREFIX`], are not halts); an entry that does not read as one is returned apart, with
+/// why, for the caller to report.
 pub fn records_from(
     data: std::collections::BTreeMap<String, String>,
 ) -> (Vec<HaltRecord>, Vec<(String, RecordError)>) {
     let (mut records, mut bad) = (Vec::new(), Vec::new());
-    for (key, text) in data {
+    for (key, text) in data
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(HELD_PREFIX))
+    {
         match HaltRecord::decode(&text).and_then(|r| r.config().map(|_| r)) {
             Ok(record) => records.push(record),
             Err(e) => bad.push((key, e)),
@@ -100,22 +107,18 @@ pub fn records_from(
 /// The ConfigMap data key of `config`'s halt: `<kind>.<namespace>.<name>`, readable in
 /// `kubectl get`, or with the name replaced by its blake3 when that would be too long.
 pub fn data_key(config: &ConfigKey) -> String {
-    let key = format!(
-        "{}.{}.{}",
-        config.kind.as_str(),
-        config.namespace,
-        config.name
-    );
+    kept_key("", config.kind.as_str(), &config.namespace, &config.name)
+}
+
+/// `<prefix><kind>.<namespace>.<name>`, with the name replaced by its blake3 when that would be
+/// longer than a ConfigMap data key may be.
+pub fn kept_key(prefix: &str, kind: &str, namespace: &str, name: &str) -> String {
+    let key = format!("{prefix}{kind}.{namespace}.{name}");
     if key.len() <= MAX_KEY {
         return key;
     }
-    let hash = blake3::hash(config.name.as_bytes()).to_hex();
-    format!(
-        "{}.{}.{}",
-        config.kind.as_str(),
-        config.namespace,
-        &hash[..32]
-    )
+    let hash = blake3::hash(name.as_bytes()).to_hex();
+    format!("{prefix}{kind}.{namespace}.{}", &hash[..32])
 }
 
 #[cfg(test)]
