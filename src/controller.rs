@@ -161,6 +161,15 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             queue: Box::new(crate::explain::live::queue_inspector(
                 engine.queue().clone(),
             )),
+            timing: {
+                let engine = engine.clone();
+                Box::new(move |key: &crate::model::WorkloadKey| {
+                    crate::explain::live::timing_report(
+                        &engine.timing_of(key),
+                        engine.held_for(key),
+                    )
+                })
+            },
             breaker: engine.breaker().cloned(),
             waves: engine.wave_runner().cloned(),
         }),

@@ -844,6 +844,38 @@ mod tests {
     }
 
     #[test]
+    fn a_window_and_a_delay_are_read_from_metadata_and_a_bad_one_is_a_problem() {
+        let p = parse(
+            &[
+                ("kube-reloader.io/reload-window", "sat,sun 01:00-05:00"),
+                ("kube-reloader.io/reload-delay", "2m"),
+            ],
+            &[],
+        );
+        assert_eq!(p.timing.delay, Some(Duration::from_secs(120)));
+        let window = p.timing.window.as_ref().map(|w| w.to_string());
+        assert_eq!(window.as_deref(), Some("sat,sun 01:00-05:00"));
+        assert!(
+            p.problems.is_empty() && p.simple().is_none(),
+            "not shared: it has timing"
+        );
+        let p = parse(
+            &[
+                ("kube-reloader.io/reload-window", "weekends"),
+                ("kube-reloader.io/reload-delay", "soon"),
+            ],
+            &[],
+        );
+        assert!(p.timing.is_any_time(), "malformed: reloads run at any time");
+        let problems: Vec<String> = p.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("reload window 'weekends' is not a window"));
+        // Read from metadata only, as the pause period.
+        let p = parse(&[], &[("kube-reloader.io/reload-delay", "2m")]);
+        assert!(p.timing.is_any_time());
+    }
+
+    #[test]
     fn reading_records_where_each_annotation_came_from() {
         let keys = AnnotationKeys::default();
         let r = ReloadPolicy::read(

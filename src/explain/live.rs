@@ -45,6 +45,65 @@ where
     }
 }
 
+/// When a workload may be reloaded, and what waits for it (`reload_windows`), as the engine
+/// has it: the workload's own window and delay, else its namespace's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimingReport {
+    pub window: Option<String>,
+    /// Whether the window is open now (true without one).
+    pub open_now: bool,
+    pub delay: Option<String>,
+    /// The configs whose changes wait, and when the workload rolls (RFC 3339).
+    pub held: Vec<String>,
+    pub due: Option<String>,
+}
+
+/// Where a workload's timing comes from (the engine).
+pub trait TimingInspect: Send + Sync + 'static {
+    fn timing(&self, key: &WorkloadKey) -> Option<TimingReport>;
+}
+
+impl<F> TimingInspect for F
+where
+    F: Fn(&WorkloadKey) -> Option<TimingReport> + Send + Sync + 'static,
+{
+    fn timing(&self, key: &WorkloadKey) -> Option<TimingReport> {
+        self(key)
+    }
+}
+
+/// The report of `timing` and what `held` keeps (`None` when reloads run at any time and
+/// nothing waits).
+pub fn timing_report(
+    timing: &crate::reload_policy::ReloadTiming,
+    held: Option<(Vec<crate::model::ConfigKey>, jiff::Timestamp)>,
+) -> Option<TimingReport> {
+    if timing.is_any_time() && held.is_none() {
+        return None;
+    }
+    let (held, due) = match held {
+        Some((configs, due)) => (
+            configs
+                .iter()
+                .map(|c| format!("{}/{}", c.kind.as_str(), c.name))
+                .collect(),
+            Some(due.to_string()),
+        ),
+        None => (Vec::new(), None),
+    };
+    Some(TimingReport {
+        window: timing.window.as_ref().map(|w| w.to_string()),
+        open_now: timing
+            .window
+            .as_ref()
+            .is_none_or(|w| w.is_open(jiff::Timestamp::now())),
+        delay: timing.delay.map(crate::go_values::format_go_duration),
+        held,
+        due,
+    })
+}
+
 /// Which replica acts on the namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -74,6 +133,8 @@ pub struct LiveAnswer {
     pub queue: QueueState,
     /// A Deployment paused by kube-reloader (pause period): when it is resumed (RFC 3339).
     pub paused_until: Option<String>,
+    /// Its maintenance window and delay, and the reloads they hold (`None`: any time).
+    pub timing: Option<TimingReport>,
     /// The verdicts, when indexed (no container names or annotation sources: the index keeps
     /// neither the pod spec nor the raw annotations; `kube-reloader explain` shows them).
     pub explanation: Option<Explanation>,
@@ -139,6 +200,7 @@ pub struct LiveExplainer {
     /// controller, which never sees them.
     pub ignored_secrets: crate::watch::IgnoredSecretTypes,
     pub queue: Box<dyn QueueInspect>,
+    pub timing: Box<dyn TimingInspect>,
     /// The churn breaker, with `--churn-limit`.
     pub breaker: Option<Arc<crate::engine::ChurnBreaker>>,
     /// The changes rolled in waves, with their halts.
@@ -285,6 +347,7 @@ impl LiveExplainer {
         LiveAnswer {
             indexed: entry.is_some(),
             paused_until,
+            timing: self.timing.timing(&key),
             shard: self.shard(namespace),
             queue: self.queue.queue_state(&key),
             explanation,
@@ -387,6 +450,7 @@ mod tests {
             access: AccessPlan::default(),
             ignored_secrets: Default::default(),
             queue: Box::new(move |_: &WorkloadKey| queue.clone()),
+            timing: Box::new(|_: &WorkloadKey| None),
             breaker: None,
             waves: None,
             served: Default::default(),

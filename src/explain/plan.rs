@@ -27,6 +27,8 @@ pub struct PlannedWorkload {
     pub canary: bool,
     /// Why it rolls: `auto`, `explicit_list`, `search`.
     pub reason: &'static str,
+    /// A change now would wait for its window or delay until then (RFC 3339).
+    pub waits_until: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -57,6 +59,7 @@ pub async fn plan(
         for object in gather::workloads(client, workload_kind, Some(namespace)).await? {
             if let Some(mut w) = planned(settings, &facts, workload_kind, &object, kind, name) {
                 w.tenant.clone_from(&tenant);
+                w.waits_until = waits_until(settings, workload_kind, &object, &meta);
                 workloads.push(w);
             }
         }
@@ -97,7 +100,28 @@ fn planned(
         tenant: String::new(),
         canary: labels.get(CANARY_LABEL).is_some_and(|v| v == "true"),
         reason: report.reason,
+        waits_until: None,
     })
+}
+
+/// When a change made now would roll the workload in `object`, if its window or delay (or its
+/// namespace's) holds it (`None`: at once).
+fn waits_until(
+    settings: &Settings,
+    workload_kind: WorkloadKind,
+    object: &Value,
+    namespace: &ObjectMeta,
+) -> Option<String> {
+    let view = WorkloadView::from_object(workload_kind, object, &settings.keys).ok()?;
+    let of_namespace = namespace
+        .annotations
+        .as_ref()
+        .map(|a| crate::reload_policy::ReloadTiming::read(&settings.keys, a).0)
+        .unwrap_or_default();
+    let timing = view.entry.policy.timing.or(&of_namespace);
+    let now = jiff::Timestamp::now();
+    let at = crate::reload_windows::due(now, timing.window.as_deref(), timing.delay);
+    (at > now).then(|| at.to_string())
 }
 
 /// The namespace's metadata, read once for its tenant and its policy (unreadable: none).
@@ -257,6 +281,15 @@ pub fn render(plan: &Plan) -> String {
             wave.join(" ")
         ));
     }
+    for w in &plan.workloads {
+        if let Some(until) = &w.waits_until {
+            out.push_str(&format!(
+                "  {}/{} waits for its reload window or delay: rolls at {until}\n",
+                w.kind.as_str().to_lowercase(),
+                w.name
+            ));
+        }
+    }
     out
 }
 
@@ -296,7 +329,27 @@ mod tests {
             tenant: "team-a".into(),
             canary,
             reason: "auto",
+            waits_until: None,
         }
+    }
+
+    #[test]
+    fn the_plan_says_which_workloads_wait_for_their_window_and_until_when() {
+        let mut held = workload("nightly", false);
+        held.waits_until = Some("2026-12-07T22:00:00Z".into());
+        let plan = assemble(
+            ConfigKind::ConfigMap,
+            "shared",
+            "ns",
+            vec![workload("web", false), held],
+            None,
+        );
+        let text = render(&plan);
+        assert!(
+            text.contains("deployment/nightly waits for its reload window or delay: rolls at 2026-12-07T22:00:00Z"),
+            "{text}"
+        );
+        assert!(!text.contains("deployment/web waits"), "{text}");
     }
 
     #[test]

@@ -133,6 +133,12 @@ pub fn explanation_text(e: &Explanation, last: Option<&LastReload>) -> String {
         e.policy.rollout_strategy,
         e.policy.pause_period.as_deref().unwrap_or("none")
     );
+    if let Some(window) = &e.policy.reload_window {
+        let _ = writeln!(out, "  reload-window={window}");
+    }
+    if let Some(delay) = &e.policy.reload_delay {
+        let _ = writeln!(out, "  reload-delay={delay}");
+    }
     let _ = writeln!(out, "\nConfigs:");
     if e.configs.is_empty() {
         let _ = writeln!(out, "  (none used or named)");

@@ -152,6 +152,9 @@ pub struct PolicyReport {
     pub by_type: Vec<TypePolicyReport>,
     pub rollout_strategy: &'static str,
     pub pause_period: Option<String>,
+    /// `kube-reloader.io/reload-window` and `reload-delay` (the workload's own).
+    pub reload_window: Option<String>,
+    pub reload_delay: Option<String>,
     pub problems: Vec<String>,
 }
 
@@ -219,6 +222,8 @@ pub fn policy_report(entry: &WorkloadEntry) -> PolicyReport {
             crate::reload_policy::RolloutStrategy::Restart => "restart",
         },
         pause_period: p.pause_period.map(|d| format!("{d:?}")),
+        reload_window: p.timing.window.as_ref().map(|w| w.to_string()),
+        reload_delay: p.timing.delay.map(crate::go_values::format_go_duration),
         problems: p.problems.iter().map(ToString::to_string).collect(),
     }
 }
