@@ -29,6 +29,7 @@ mod halts;
 pub mod intake;
 mod recovery;
 mod timing;
+mod timing_state;
 use crate::handover::acted::ActedTracker;
 pub use breaker::{BreakerNotice, ChurnBreaker};
 
@@ -63,7 +64,7 @@ pub struct Engine<W, O, C = ()> {
     /// Namespaces' own wave policies (`kube-reloader.io/waves`), where namespaces are watched.
     namespace_waves: dashmap::DashMap<String, PolicyText, ahash::RandomState>,
     /// Maintenance windows and delays: the namespaces' own, and the reloads they hold.
-    timing: timing::Timing,
+    timing: timing_state::TimingState,
 }
 
 /// A config event as the fan-out sees it.

@@ -106,11 +106,9 @@ impl ReloadWindow {
             .map(|start| (start - minute).rem_euclid(WEEK))
             .min()
             .unwrap_or(0);
-        // To the start of that minute (`now` may be mid-minute).
-        let into_minute = now.as_second().rem_euclid(60);
-        let seconds = wait * 60 - into_minute;
-        now.checked_add(jiff::SignedDuration::from_secs(seconds.max(0)))
-            .unwrap_or(now)
+        // From the start of the current minute (`now` may be mid-minute, mid-second).
+        let minute_start = now.as_second().div_euclid(60) * 60;
+        Timestamp::from_second(minute_start + wait * 60).unwrap_or(now)
     }
 
     /// Minutes since Monday 00:00 in the window's zone.
@@ -363,7 +361,7 @@ mod tests {
             at("mon", "23:00"),
             "open now"
         );
-        let mid_minute: Timestamp = "2026-12-07T21:59:30Z".parse().unwrap();
+        let mid_minute: Timestamp = "2026-12-07T21:59:30.25Z".parse().unwrap();
         assert_eq!(w.next_open(mid_minute), at("mon", "22:00"));
     }
 

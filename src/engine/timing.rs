@@ -18,42 +18,11 @@ use crate::rollout::wave_runner::WaveItem;
 use crate::rollout::{Priority, QueueObserver, WorkloadWriter};
 use crate::spans::ConfigCause;
 
+use super::timing_state::Held;
 use super::{ConfigObserver, Engine};
 
 /// How often held reloads are looked at (a window opening, an annotation that changed).
 const RELEASE_TICK: Duration = Duration::from_secs(1);
-
-/// The namespaces' timings and the reloads held.
-#[derive(Default)]
-pub(super) struct Timing {
-    /// Namespaces' own (`kube-reloader.io/reload-window`, `reload-delay`), where namespaces are
-    /// watched.
-    namespaces: dashmap::DashMap<String, ReloadTiming, ahash::RandomState>,
-    held: dashmap::DashMap<WorkloadKey, Held, ahash::RandomState>,
-}
-
-#[derive(Debug, Clone)]
-struct Held {
-    configs: BTreeSet<ConfigKey>,
-    /// When the first held change was seen (the delay counts from it).
-    since: Timestamp,
-}
-
-impl Timing {
-    pub(super) fn namespace(&self, namespace: &str, timing: ReloadTiming) {
-        if timing.is_any_time() {
-            self.namespaces.remove(namespace);
-        } else {
-            self.namespaces.insert(namespace.to_string(), timing);
-        }
-    }
-
-    /// `namespace` moved away: what waits there is the next owner's (it restores it from the
-    /// kept records).
-    pub(super) fn forget_namespace(&self, namespace: &str) {
-        self.held.retain(|w, _| &*w.namespace != namespace);
-    }
-}
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     /// When `workload` may be reloaded: its own window and delay, else its namespace's.

@@ -121,6 +121,7 @@ fn waits_until(
     let timing = view.entry.policy.timing.or(&of_namespace);
     let now = jiff::Timestamp::now();
     let at = crate::reload_windows::due(now, timing.window.as_deref(), timing.delay);
+    let at = at.round(jiff::Unit::Second).unwrap_or(at);
     (at > now).then(|| at.to_string())
 }
 
