@@ -415,3 +415,27 @@ async fn the_controller_keeps_working_after_bad_annotations_on_other_workloads()
         );
     }
 }
+
+#[tokio::test]
+async fn a_malformed_reload_window_is_reported_and_reloads_run_at_any_time() {
+    let ns = TestNamespace::new("bad-window").await;
+    let c = &ns.client;
+    create(c, &ns.name, configmap("cfg", json!({"k": "v1"}))).await;
+    create(
+        c,
+        &ns.name,
+        auto_deployment(
+            "web",
+            json!({"kube-reloader.io/reload-window": "weekends"}),
+            env_from_configs(&["cfg"], &[]),
+        ),
+    )
+    .await;
+    let controller = Controller::start(&[&scoped(&ns)]).await;
+    assert_reported(&ns, &controller, "web", "weekends").await;
+
+    set_configmap_data(c, &ns.name, "cfg", json!({"k": "v2"})).await;
+    let hash = configmap_hash(&[("k", "v2")]);
+    let var = "STAKATER_CFG_CONFIGMAP";
+    wait_for_env_state(c, &ns.name, "web", var, Some(&hash), 15).await;
+}
