@@ -985,3 +985,16 @@ async fn a_namespace_timing_applies_where_the_workload_has_none() {
         Some("sat 01:00-02:00".into())
     );
 }
+
+#[tokio::test]
+async fn a_deletions_reload_is_not_held_by_a_window() {
+    let (e, writes) = engine(&["--reload-on-delete=true"]);
+    timed_deployment(
+        &e,
+        json!({"kube-reloader.io/reload-window": window_closed_now()}),
+    );
+    e.config_applied(cfg(), state("v1"), Phase::Startup);
+    e.config_deleted(&cfg());
+    settle(&e).await;
+    assert_eq!(written(&writes), [("timed".to_string(), None)]);
+}

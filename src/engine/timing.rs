@@ -56,8 +56,12 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
     }
 
     /// Holds `item` if its workload already waits (it joins, one rollout when due) or its
-    /// window or delay says not yet.
+    /// window or delay says not yet. A deletion's reload (`--reload-on-delete`) is never held:
+    /// what waits is rolled to each config's value when due, and a deleted config has none.
     fn held_now(&self, item: &WaveItem, now: Timestamp) -> bool {
+        if item.change.change.hash.is_none() {
+            return false;
+        }
         let workload = &item.candidate.key;
         let waiting = self.timing.held.get(workload).map(|h| h.since);
         let timing = self.timing_of(workload);
