@@ -214,3 +214,89 @@ async fn a_namespace_window_holds_its_workloads_that_have_none_of_their_own() {
     annotate_namespace(&ns, json!({"kube-reloader.io/reload-window": null})).await;
     wait_for_env_state(c, n, "windowed", VAR, Some(&v2), 15).await;
 }
+
+/// What waits moves with the namespace: the owner holding it crashes, the other replica takes
+/// the namespace over, restores the kept record and rolls once when the window opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_reload_survives_a_shard_handover() {
+    let token = unique_token("win-shard");
+    let ns = TestNamespace::with_labels("win-shard", json!({"kr-windows-test": token})).await;
+    let closed = json!({"kube-reloader.io/reload-window": window_closed_now()});
+    deployments(&ns, "windowed", closed).await;
+    let replica = |name: &'static str| {
+        let selector = format!("--namespace-selector=kr-windows-test={token}");
+        let home = ns.name.clone();
+        async move {
+            let args = [
+                "--sharding",
+                "--lease-duration=4s",
+                "--renew-deadline=3s",
+                "--retry-period=1s",
+                &selector,
+            ];
+            let env = [("POD_NAME", name), ("POD_NAMESPACE", home.as_str())];
+            Controller::start_with_env(&args, &env).await
+        }
+    };
+    let (r0, r1) = (replica("r0").await, replica("r1").await);
+    let owned = "kube_reloader_owned_namespaces";
+    wait_for(
+        "one owner of the namespace",
+        Duration::from_secs(60),
+        || async {
+            let owned = (r0.metric(owned).await, r1.metric(owned).await);
+            matches!(owned, (Some(1.0), Some(0.0)) | (Some(0.0), Some(1.0)))
+                .then_some(())
+                .ok_or(format!("{owned:?}"))
+        },
+    )
+    .await;
+    // Past the hand-over's settle check of a first assignment.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (c, n) = (&ns.client, ns.name.as_str());
+    let v2 = change(&ns, "v2").await;
+    wait_for_env_state(c, n, "anytime", VAR, Some(&v2), 30).await;
+    wait_for("the held reload kept", Duration::from_secs(10), || async {
+        held_record(&ns, "windowed")
+            .await
+            .ok_or("not kept yet".to_string())
+    })
+    .await;
+    assert_eq!(deployment_env(c, n, "windowed", VAR).await, None, "held");
+
+    let (owner, other) = match r0.metric(owned).await {
+        Some(1.0) => (r0, r1),
+        _ => (r1, r0),
+    };
+    owner.crash();
+    let url = format!(
+        "http://127.0.0.1:{}/debug/explain?kind=Deployment&namespace={n}&name=windowed",
+        other.metrics_port
+    );
+    wait_for(
+        "the other replica holding it",
+        Duration::from_secs(60),
+        || async {
+            let (_, body) = common::http_get(&url).await.map_err(|e| e.to_string())?;
+            let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+            let held = answer.pointer("/timing/held/0").and_then(Value::as_str);
+            (held == Some("configmap/settings"))
+                .then_some(())
+                .ok_or(body)
+        },
+    )
+    .await;
+    assert_eq!(
+        deployment_env(c, n, "windowed", VAR).await,
+        None,
+        "still held"
+    );
+
+    let open = json!({"metadata": {"annotations": {
+        "kube-reloader.io/reload-window": "mon-sun 00:00-24:00"
+    }}});
+    merge_patch(c, n, "apps/v1", "Deployment", "windowed", open).await;
+    wait_for_env_state(c, n, "windowed", VAR, Some(&v2), 15).await;
+    // Created (1), annotated (2), rolled once (3).
+    assert_eq!(generation(&ns, "windowed").await, 3, "one rollout");
+}
