@@ -5,7 +5,8 @@
 //!   increasing generation in a ConfigMap every replica watches;
 //! - the hand-over's steps against the Leases (release, complete), which `handover/` decides and
 //!   drives; what an installed or released assignment means for the gained and lost namespaces
-//!   goes to the [`OwnershipListener`] the controller installs (`handover::Handover`).
+//!   goes to the [`OwnershipListener`] the controller installs
+//!   (`handover::listener::Handover`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -79,9 +80,9 @@ pub struct Coordinator {
 }
 
 /// What the hand-over does with what the coordinator sees (implemented by
-/// `handover::Handover`). The coordinator owns the Leases and the assignment; the meaning of
-/// the acted versions it carries, and what a replica does with namespaces gained or lost, are
-/// the hand-over's.
+/// `handover::listener::Handover`). The coordinator owns the Leases and the assignment; the
+/// meaning of the acted versions it carries, and what a replica does with namespaces gained or
+/// lost, are the hand-over's.
 pub trait OwnershipListener: Send + Sync {
     /// The acted-versions value each renewal publishes (empty: none known yet).
     fn acted(&self) -> String;
