@@ -109,6 +109,8 @@ struct Started {
     settings: Arc<Settings>,
     access: AccessPlan,
     client: Client,
+    /// The same client without kube-rs's own retries, for evictions (see [`ClientRetries`]).
+    eviction_client: Client,
     metrics: Arc<Metrics>,
     leader_lock: Option<Arc<LeaderLock>>,
     environment: crate::config::Environment,
@@ -209,7 +211,9 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
     let mut settings = Settings::try_from(flags)?;
     let metrics = Metrics::new(environment.counts_by_namespace());
     let selector = SelectorFeed::default();
-    let client = kube_client(&metrics, &selector, settings.shadow.is_some()).await?;
+    let shadow = settings.shadow.is_some();
+    let client = kube_client(&metrics, &selector, shadow, ClientRetries::Kube).await?;
+    let eviction_client = kube_client(&metrics, &selector, shadow, ClientRetries::Off).await?;
     detect_openshift(&client, &mut settings).await;
     let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
     let access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
@@ -239,6 +243,7 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
         settings: Arc::new(settings),
         access,
         client,
+        eviction_client,
         metrics,
         leader_lock,
         environment,
@@ -283,6 +288,7 @@ fn build_pipeline(
         events.clone(),
         pauses.clone(),
     )
+    .evicting_with(started.eviction_client.clone())
     .checking_views(Arc::new(ConfigViews::new(client.clone(), index.clone())));
     let writer = Arc::new(match &shadow {
         Some(shadow) => writer.shadowing(shadow.clone()),
@@ -504,6 +510,17 @@ async fn review_access(
     Ok(plan)
 }
 
+/// Whether the client retries 429, 503 and 504 itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientRetries {
+    /// kube-rs's default: up to 15 times, honouring `Retry-After`.
+    Kube,
+    /// None. A PodDisruptionBudget that blocks an eviction answers 429 with `Retry-After: 10`:
+    /// retried inside the client, one eviction would hold its write slot for minutes, unseen.
+    /// The queue retries it with its own backoff instead, and reports it.
+    Off,
+}
+
 /// The client, with kube-reloader's User-Agent, every request counted in the metrics, and the
 /// shard selector on cluster-wide lists and watches once one is published.
 /// The API client; in shadow mode, one that refuses to send any write but the replica set's
@@ -512,6 +529,7 @@ async fn kube_client(
     metrics: &Arc<Metrics>,
     selector: &SelectorFeed,
     shadow: bool,
+    retries: ClientRetries,
 ) -> anyhow::Result<kube::Client> {
     let mut kube_config = kube::Config::infer()
         .await
@@ -521,6 +539,7 @@ async fn kube_client(
         http::header::USER_AGENT,
         http::HeaderValue::from_static(USER_AGENT),
     ));
+    kube_config.default_retry = retries == ClientRetries::Kube;
     let builder = kube::client::ClientBuilder::try_from(kube_config)
         .context("building the Kubernetes client")?
         .with_layer(&selector.layer())

@@ -24,6 +24,8 @@ pub mod shard;
 // Pure rules.
 /// The reload decision for one (changed config, workload) pair.
 pub mod decide;
+/// Pod-level restarts by eviction: the record kept on a workload and the next step. Pure.
+pub mod pod_restart;
 /// Which configs a pod template uses and which container gets the reload env var.
 pub mod references;
 /// A workload's reload policy, parsed once from its annotations.

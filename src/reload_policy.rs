@@ -10,6 +10,7 @@ use regex::Regex;
 use crate::config::AnnotationKeys;
 use crate::go_values::parse_go_duration;
 use crate::model::ConfigKind;
+use crate::pod_restart::RestartBy;
 use crate::reload_windows::ReloadWindow;
 
 /// A tri-state bool annotation, as Reloader reads it: absent or empty is `Unset` (lets
@@ -176,6 +177,9 @@ pub enum PolicyProblem {
         value: String,
         error: String,
     },
+    UnknownRestartBy {
+        value: String,
+    },
 }
 
 impl PolicyProblem {
@@ -188,6 +192,7 @@ impl PolicyProblem {
             PolicyProblem::UnknownCronJobReloadStrategy { .. } => &keys.cronjob_reload_strategy,
             PolicyProblem::InvalidWindow { .. } => &keys.reload_window,
             PolicyProblem::InvalidDelay { .. } => &keys.reload_delay,
+            PolicyProblem::UnknownRestartBy { .. } => &keys.restart_by,
         }
     }
 }
@@ -224,6 +229,10 @@ impl std::fmt::Display for PolicyProblem {
             PolicyProblem::InvalidDelay { value, error } => write!(
                 f,
                 "reload delay '{value}' is not a duration and is ignored: {error}"
+            ),
+            PolicyProblem::UnknownRestartBy { value } => write!(
+                f,
+                "restart-by '{value}' is unknown (eviction, in-place, or template); the pod template is changed"
             ),
         }
     }
@@ -262,6 +271,19 @@ pub fn cronjob_reload_strategy_of(
         metadata.get(&keys.cronjob_reload_strategy),
         &choices,
         |value| PolicyProblem::UnknownCronJobReloadStrategy { value },
+    )
+}
+
+/// How a workload's pods are restarted (`kube-reloader.io/restart-by`, metadata only); an
+/// unknown value is reported and the template is changed, as without the annotation.
+pub fn restart_by_of(
+    keys: &AnnotationKeys,
+    metadata: &BTreeMap<String, String>,
+) -> (RestartBy, Option<PolicyProblem>) {
+    choice_of(
+        metadata.get(&keys.restart_by),
+        &RestartBy::CHOICES,
+        |value| PolicyProblem::UnknownRestartBy { value },
     )
 }
 
@@ -425,6 +447,7 @@ struct SimplePolicy {
     precise_keys: Toggle,
     rollout_strategy: RolloutStrategy,
     pause_period: Option<Duration>,
+    restart_by: RestartBy,
 }
 
 /// Everything a workload's annotations say about reloading it.
@@ -440,6 +463,8 @@ pub struct ReloadPolicy {
     pub precise_keys: Toggle,
     /// `kube-reloader.io/reload-window` and `reload-delay` (metadata): when it may be reloaded.
     pub timing: ReloadTiming,
+    /// `kube-reloader.io/restart-by` (metadata): how its pods are restarted.
+    pub restart_by: RestartBy,
     pub problems: Vec<PolicyProblem>,
 }
 
@@ -518,6 +543,7 @@ impl ReloadPolicy {
             precise_keys: self.precise_keys,
             rollout_strategy: self.rollout_strategy,
             pause_period: self.pause_period,
+            restart_by: self.restart_by,
         })
     }
 
@@ -633,6 +659,9 @@ impl ReloadPolicy {
         trace_metadata_only(&mut trace, &keys.reload_delay, None, metadata, template);
         let (timing, timing_problems) = ReloadTiming::read(keys, metadata);
         problems.extend(timing_problems);
+        trace_metadata_only(&mut trace, &keys.restart_by, None, metadata, template);
+        let (restart_by, problem) = restart_by_of(keys, metadata);
+        problems.extend(problem);
         problems.dedup();
         ReloadPolicy {
             by_type,
@@ -641,6 +670,7 @@ impl ReloadPolicy {
             pause_period,
             precise_keys,
             timing,
+            restart_by,
             problems,
         }
     }

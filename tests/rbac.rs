@@ -42,6 +42,7 @@ struct Needs {
     argo: bool,
     openshift: bool,
     csi: bool,
+    pod_restarts: bool,
     jobs: bool,
     cronjobs: bool,
     configmaps: bool,
@@ -68,6 +69,7 @@ impl Needs {
             argo: on("isArgoRollouts"),
             openshift: on("isOpenshift") || openshift_served,
             csi: on("enableCSIIntegration"),
+            pod_restarts: r["podRestarts"]["enabled"] == true,
             jobs: !on("ignoreJobs"),
             cronjobs: !on("ignoreCronJobs"),
             configmaps: !on("ignoreConfigMaps"),
@@ -120,6 +122,12 @@ impl Needs {
                 "",
                 roll,
             )]));
+        }
+        if self.pod_restarts {
+            g.extend(grant_set(&[
+                ("", "pods", "", &["list"]),
+                ("", "pods/eviction", "", &["create"]),
+            ]));
         }
         if self.csi {
             g.extend(grant_set(&[
@@ -687,6 +695,16 @@ async fn deployment_configs_served_but_not_granted_are_skipped() {
         "dc-ungranted",
         json!({}),
         Capabilities::BeforeDeploymentConfigs,
+    )
+    .await;
+}
+
+/// `podRestarts.enabled`: listing pods and creating evictions, in the watched namespaces only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_restarts_add_listing_pods_and_evicting_them_only() {
+    prove(
+        "pod-restarts",
+        json!({"watchGlobally": false, "podRestarts": {"enabled": true}}),
     )
     .await;
 }

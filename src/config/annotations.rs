@@ -30,6 +30,10 @@ pub struct AnnotationKeys {
     /// (`reload_windows`), on a workload or its namespace.
     pub reload_window: String,
     pub reload_delay: String,
+    /// This project's own: how a workload's pods are restarted (`pod_restart`), and the record
+    /// of what they were restarted for, on its metadata.
+    pub restart_by: String,
+    pub restarted_for: String,
 }
 
 impl Default for AnnotationKeys {
@@ -56,6 +60,8 @@ impl Default for AnnotationKeys {
             precise_keys: "kube-reloader.io/precise-keys".into(),
             reload_window: "kube-reloader.io/reload-window".into(),
             reload_delay: "kube-reloader.io/reload-delay".into(),
+            restart_by: "kube-reloader.io/restart-by".into(),
+            restarted_for: "kube-reloader.io/restarted-for".into(),
         }
     }
 }
@@ -64,7 +70,7 @@ impl AnnotationKeys {
     /// Every key, as configured: what the controller reads on workloads, pod templates and
     /// configs, and what it writes (lint flags any other key under the same domains). The
     /// destructuring makes a new field a compile error here until it is listed.
-    pub fn all(&self) -> [&str; 21] {
+    pub fn all(&self) -> [&str; 23] {
         let Self {
             auto,
             search,
@@ -87,6 +93,8 @@ impl AnnotationKeys {
             precise_keys,
             reload_window,
             reload_delay,
+            restart_by,
+            restarted_for,
         } = self;
         [
             auto,
@@ -110,6 +118,8 @@ impl AnnotationKeys {
             precise_keys,
             reload_window,
             reload_delay,
+            restart_by,
+            restarted_for,
         ]
         .map(String::as_str)
     }

@@ -13,7 +13,7 @@ use super::unknown_keys::unknown_key;
 use super::{Lint, Severity};
 
 /// Every check, as named in findings and in docs/troubleshooting.md.
-pub const CHECKS: [&str; 21] = [
+pub const CHECKS: [&str; 25] = [
     "missing-config",
     "list-matches-nothing",
     "invalid-regex",
@@ -35,6 +35,10 @@ pub const CHECKS: [&str; 21] = [
     "precise-keys-off",
     "precise-keys-whole-config",
     "api-not-served",
+    "invalid-reload-window",
+    "invalid-reload-delay",
+    "invalid-restart-by",
+    "restart-by-not-possible",
 ];
 
 struct Findings<'a> {
@@ -89,6 +93,21 @@ pub fn lint_workload(
     f.out
 }
 
+/// `restart-by` asks for what cannot be done for this workload: `in-place` anywhere, or
+/// `eviction` of a kind whose pods are not kept running by a controller that replaces them.
+fn restart_not_possible(entry: &WorkloadEntry) -> Option<String> {
+    use crate::pod_restart::{IN_PLACE_UNSUPPORTED, RestartBy, evicts_for};
+    match entry.policy.restart_by {
+        RestartBy::InPlace => Some(IN_PLACE_UNSUPPORTED.to_string()),
+        RestartBy::Eviction if !evicts_for(entry.key.kind) => Some(format!(
+            "restart-by: eviction is for workloads whose pods are replaced when evicted \
+             (Deployment, StatefulSet, DaemonSet, Rollout, DeploymentConfig), not a {}",
+            entry.key.kind
+        )),
+        _ => None,
+    }
+}
+
 fn annotation_findings(f: &mut Findings<'_>, annotations: &[AnnotationRead]) {
     for problem in &f.entry.policy.problems {
         let check = match problem {
@@ -98,8 +117,12 @@ fn annotation_findings(f: &mut Findings<'_>, annotations: &[AnnotationRead]) {
             PolicyProblem::UnknownCronJobReloadStrategy { .. } => "invalid-cronjob-reload-strategy",
             PolicyProblem::InvalidWindow { .. } => "invalid-reload-window",
             PolicyProblem::InvalidDelay { .. } => "invalid-reload-delay",
+            PolicyProblem::UnknownRestartBy { .. } => "invalid-restart-by",
         };
         f.push(Severity::Error, check, problem.to_string());
+    }
+    if let Some(why) = restart_not_possible(f.entry) {
+        f.push(Severity::Error, "restart-by-not-possible", why);
     }
     for a in annotations {
         let is_bool = a.problem.as_deref().is_some_and(|p| p.contains("boolean"));
@@ -462,11 +485,37 @@ mod tests {
                 vec!["--resources-to-ignore=secrets"],
                 "config-type-ignored",
             ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/reload-window": "sat 25:00-26:00"}),
+                &cfg,
+                vec![],
+                "invalid-reload-window",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/reload-delay": "soon"}),
+                &cfg,
+                vec![],
+                "invalid-reload-delay",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/restart-by": "evict"}),
+                &cfg,
+                vec![],
+                "invalid-restart-by",
+            ),
+            (
+                json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/restart-by": "in-place"}),
+                &cfg,
+                vec![],
+                "restart-by-not-possible",
+            ),
         ];
         for (annotations, container, flags, check) in cases {
             let found = lint(annotations.clone(), container.clone(), &flags);
             assert!(found.contains(&check), "{annotations}: {found:?}");
         }
+        let evicted = json!({"reloader.stakater.com/auto": "true", "kube-reloader.io/restart-by": "eviction"});
+        assert_eq!(lint(evicted, cfg.clone(), &[]), Vec::<&str>::new());
         assert_eq!(
             lint(json!({"reloader.stakater.com/auto": "true"}), cfg, &[]),
             Vec::<&str>::new()

@@ -28,6 +28,8 @@ pub enum QueueState {
     Backoff { until: String, last_error: String },
     /// Held (minimum reload interval, pause) until `until` (RFC 3339).
     Held { until: String },
+    /// A write done in steps (a restart by eviction): the last step made, the next at `next`.
+    InProgress { step: String, next: String },
 }
 
 /// Where the queue state comes from: today the queue's pending / in-flight sets; the queue's
@@ -394,6 +396,12 @@ fn queue_state(state: Option<crate::rollout::WorkloadQueueState>) -> QueueState 
         return QueueState::Backoff {
             until: at(retry_in),
             last_error: state.last_error.unwrap_or_default(),
+        };
+    }
+    if let (Some(step), Some(next)) = (&state.progress, state.next_step_in_seconds) {
+        return QueueState::InProgress {
+            step: step.clone(),
+            next: at(next),
         };
     }
     match state

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::config::AnnotationKeys;
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKey, WorkloadKind};
+use crate::pod_restart::{RestartBy, RestartRecord};
 use crate::references::{config_uses, counted_keys};
 use crate::reload_policy::{NamePattern, ReloadPolicy};
 use crate::reloader_format::template::recorded_hash;
@@ -33,6 +34,28 @@ fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A workload restarted by eviction records what its pods were restarted for on its metadata
+/// (`pod_restart`): that is its recorded value, before its template's. A record that cannot be
+/// read is reported and read as empty (the next restart writes a good one).
+fn restart_record(
+    policy: &ReloadPolicy,
+    metadata: &BTreeMap<String, String>,
+    keys: &AnnotationKeys,
+    namespace: &str,
+    name: &str,
+) -> Option<RestartRecord> {
+    if policy.restart_by != RestartBy::Eviction {
+        return None;
+    }
+    let value = metadata.get(&keys.restarted_for).map(String::as_str);
+    RestartRecord::parse(value)
+        .map_err(|error| {
+            tracing::warn!(namespace, name, %error, annotation = %keys.restarted_for,
+            "bad restart record on the workload")
+        })
+        .ok()
 }
 
 /// Builds the entry of a workload given as one JSON object (tests, benches, tools).
@@ -130,14 +153,20 @@ fn entry_from_parts(
     let policy = ReloadPolicy::parse(keys, metadata, &template_annotations);
     let spec = template.spec.unwrap_or_default();
 
+    let restarts = restart_record(&policy, metadata, keys, namespace, name);
     let recorded = |kind: ConfigKind, name: &str| {
-        recorded_hash(
-            &spec,
-            &template_annotations,
-            keys,
-            &ConfigKey::new(kind, namespace, name),
-        )
-        .map(String::into_boxed_str)
+        let restarted = restarts.as_ref().and_then(|r| r.recorded(kind, name));
+        restarted
+            .map(str::to_string)
+            .or_else(|| {
+                recorded_hash(
+                    &spec,
+                    &template_annotations,
+                    keys,
+                    &ConfigKey::new(kind, namespace, name),
+                )
+            })
+            .map(String::into_boxed_str)
     };
     let mut uses: Vec<IndexedUse> = config_uses(&spec)
         .into_iter()
@@ -222,6 +251,45 @@ mod tests {
         assert!(!e.uses[1].referenced);
         assert!(e.paused);
         assert_eq!(e.paused_at, Some(1767225600));
+    }
+
+    #[test]
+    fn a_workload_restarted_by_eviction_records_what_its_metadata_says() {
+        let record = r#"{"done":{"configmap/cfg":"evicted-h"},"pending":{"configs":{"secret/s":"p"},"since":"2026-01-01T00:00:00Z"}}"#;
+        let obj = |restart_by: &str| {
+            json!({
+                "metadata": {"name": "web", "namespace": "ns", "annotations": {
+                    "reloader.stakater.com/auto": "true",
+                    "kube-reloader.io/restart-by": restart_by,
+                    "kube-reloader.io/restarted-for": record
+                }},
+                "spec": {"template": {"spec": {"containers": [{
+                    "name": "app",
+                    "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "s"}}],
+                    "env": [{"name": "STAKATER_S_SECRET", "value": "from-template"}]
+                }]}}}
+            })
+        };
+        let keys = AnnotationKeys::default();
+        let e = workload_entry(WorkloadKind::Deployment, &obj("eviction"), &keys).unwrap();
+        let recorded = |kind, name| e.uses_config(kind, name).unwrap().recorded.clone();
+        assert_eq!(
+            recorded(ConfigKind::ConfigMap, "cfg").as_deref(),
+            Some("evicted-h")
+        );
+        assert_eq!(
+            recorded(ConfigKind::Secret, "s").as_deref(),
+            Some(crate::pod_restart::UNFINISHED),
+            "a first restart begun and not finished reads as stale"
+        );
+        // The record is read only while the workload is restarted by eviction.
+        let t = workload_entry(WorkloadKind::Deployment, &obj("template"), &keys).unwrap();
+        assert_eq!(
+            t.uses_config(ConfigKind::ConfigMap, "cfg")
+                .unwrap()
+                .recorded,
+            None
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! across tenants.
 
 pub mod events;
+mod eviction;
 pub mod halts;
 mod limiter;
 pub mod pause;

@@ -112,6 +112,10 @@ pub enum WriteError {
     /// previous owner): retried shortly, not counted as a failure.
     #[error("waiting: {0}")]
     NotYet(String),
+    /// A write done in steps (a restart by eviction, one pod at a time) made a step or waits
+    /// for the workload to settle: the next step in a second, not counted as a failure.
+    #[error("in progress: {0}")]
+    Progressing(String),
 }
 
 impl WriteError {
@@ -121,6 +125,7 @@ impl WriteError {
             WriteError::Transient(_) => "transient",
             WriteError::Permanent(_) => "permanent",
             WriteError::NotYet(_) => "not_yet",
+            WriteError::Progressing(_) => "progressing",
         }
     }
 }
@@ -494,6 +499,13 @@ async fn process<W: WorkloadWriter, O: QueueObserver>(
                 retry_in: HOLD_RETRY,
             })
         }
+        Err(WriteError::Progressing(step)) => {
+            debug!(workload = %key, step, "write in progress, next step shortly");
+            Some(Completion::Progressed {
+                step: step.clone(),
+                next_in: PROGRESS_RETRY,
+            })
+        }
         Err(error @ (WriteError::Transient(_) | WriteError::Conflict(_))) => {
             inner.observer.retry(&key, error);
             Some(Completion::Failed {
@@ -601,6 +613,9 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
 
 /// How often a held write checks again whether it may go out.
 const HOLD_RETRY: Duration = Duration::from_millis(100);
+/// The next step of a write done in steps: a pod evicted needs about this long to be replaced
+/// and Ready, and polling sooner only costs API requests.
+const PROGRESS_RETRY: Duration = Duration::from_secs(1);
 
 /// Classifies an API error for the queue's retry policy.
 pub fn classify(error: kube::Error) -> WriteError {

@@ -134,6 +134,9 @@ pub enum Completion {
     Failed { error: String },
     /// Not this replica's turn yet (a handover): put back for `retry_in`, not a failure.
     Held { retry_in: Duration },
+    /// A write done in steps made `step` and has more to do: put back for `next_in`, not a
+    /// failure (and the end of any failing streak).
+    Progressed { step: String, next_in: Duration },
 }
 
 /// What a failed attempt led to.
@@ -154,6 +157,7 @@ enum Wait {
     Backoff,
     MinInterval,
     Hold,
+    NextStep,
 }
 
 struct Entry<C> {
@@ -169,6 +173,8 @@ struct Entry<C> {
     flight_class: Priority,
     failures: u32,
     last_error: Option<String>,
+    /// A write done in steps (a restart by eviction): the last step made, while more remain.
+    progress: Option<String>,
     /// Not before this time, and why.
     wait: Option<(Instant, Wait)>,
     /// The ticket of its current place (a tenant FIFO or the timers); stale places are skipped.
@@ -234,6 +240,9 @@ pub struct WorkloadQueueState {
     pub min_interval_hold_in_seconds: Option<f64>,
     /// Held during a namespace handover: checked again in this many seconds.
     pub handover_hold_in_seconds: Option<f64>,
+    /// A write done in steps: the last step made, and the next in this many seconds.
+    pub progress: Option<String>,
+    pub next_step_in_seconds: Option<f64>,
 }
 
 pub struct Scheduler<C> {
@@ -303,6 +312,7 @@ impl<C: Coalesce> Scheduler<C> {
                     flight_class: priority,
                     failures: 0,
                     last_error: None,
+                    progress: None,
                     wait: None,
                     ticket: 0,
                     ready_since: None,
@@ -428,6 +438,7 @@ impl<C: Coalesce> Scheduler<C> {
             Completion::Written { reloaded } => {
                 entry.failures = 0;
                 entry.last_error = None;
+                entry.progress = None;
                 if reloaded && !settings.min_reload_interval.is_zero() {
                     self.last_write.insert(key.clone(), now);
                 }
@@ -435,6 +446,7 @@ impl<C: Coalesce> Scheduler<C> {
             Completion::Finished => {
                 entry.failures = 0;
                 entry.last_error = None;
+                entry.progress = None;
             }
             Completion::Failed { error } => {
                 entry.failures += 1;
@@ -453,6 +465,13 @@ impl<C: Coalesce> Scheduler<C> {
             Completion::Held { retry_in } => {
                 put_back(entry, changes);
                 self.wait(key, now + retry_in, Wait::Hold);
+            }
+            Completion::Progressed { step, next_in } => {
+                entry.failures = 0;
+                entry.last_error = None;
+                entry.progress = Some(step);
+                put_back(entry, changes);
+                self.wait(key, now + next_in, Wait::NextStep);
             }
         }
         self.settle(key, now);
@@ -501,6 +520,8 @@ impl<C: Coalesce> Scheduler<C> {
             backoff_retry_in_seconds: ahead(Wait::Backoff),
             min_interval_hold_in_seconds: ahead(Wait::MinInterval),
             handover_hold_in_seconds: ahead(Wait::Hold),
+            progress: entry.progress.clone(),
+            next_step_in_seconds: ahead(Wait::NextStep),
         })
     }
 

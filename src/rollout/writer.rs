@@ -6,7 +6,9 @@
 //! - CronJob: never modified; a Job is created from its template; with
 //!   `cronjob-reload-strategy: patch`, a JSON Patch of its job template and its running Jobs
 //!   re-created;
-//! - Job: deleted and re-created with the same name and the new template.
+//! - Job: deleted and re-created with the same name and the new template;
+//! - any kind but CronJob and Job annotated `kube-reloader.io/restart-by: eviction`: its pods
+//!   evicted one at a time, the template untouched (`eviction`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,9 +27,10 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{AnnotationKeys, Settings};
 use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
+use crate::pod_restart::{IN_PLACE_UNSUPPORTED, RestartBy, evicts_for};
 use crate::reload_policy::{
     CronJobReloadStrategy, RolloutStrategy, cronjob_reload_strategy_of, pause_period_of,
-    rollout_strategy_of,
+    restart_by_of, rollout_strategy_of,
 };
 use crate::reloader_format::template::{
     EnvPlacement, TemplateChange, edit_template, json_patch_ops,
@@ -39,6 +42,7 @@ use crate::shadow::Shadow;
 use crate::shadow::marks::{carries, marks_of, ours_after_edit};
 
 use super::events::{EventSink, failed_message, reloaded_message};
+use super::eviction::Restarted;
 use super::pause::PauseKeeper;
 use super::queue::{QueuedChange, WorkloadWriter, WriteError, WriteOutcome, WriteTurn, classify};
 
@@ -107,6 +111,9 @@ pub struct KubeWriter {
     view_check: Option<Arc<dyn ViewCheck>>,
     /// Shadow mode: every write is computed and handed here instead of being sent.
     shadow: Option<Arc<Shadow>>,
+    /// The client evictions go through: one that does not retry a 429 itself (a blocking
+    /// PodDisruptionBudget answers it), so the queue's backoff and report see it.
+    eviction_client: Client,
 }
 
 impl KubeWriter {
@@ -119,12 +126,21 @@ impl KubeWriter {
     ) -> Self {
         Self {
             view_check: None,
+            eviction_client: client.clone(),
             client,
             settings,
             ownership,
             events,
             pauses,
             shadow: None,
+        }
+    }
+
+    /// Pods are listed and evicted with `client`.
+    pub fn evicting_with(self, client: Client) -> Self {
+        Self {
+            eviction_client: client,
+            ..self
         }
     }
 
@@ -184,6 +200,10 @@ impl KubeWriter {
             None => return Ok(WriteOutcome::Dropped("workload vanished")),
         };
         let now = jiff::Timestamp::now();
+        let restart_by = self.restart_by(&read.0.metadata);
+        if restart_by != RestartBy::Template {
+            return self.restart_pods(&api, key, read, restart_by, turn).await;
+        }
         let restart = self.restarts(key, &read.0);
         if let Some(shadow) = &self.shadow {
             return self.predict(shadow, key, changes, read, restart, now);
@@ -198,10 +218,62 @@ impl KubeWriter {
         match step {
             Step::Done(outcome) => Ok(outcome),
             Step::Written { uid, configs } => {
-                self.announce_reloaded(key, uid, &configs).await;
+                let strategy = self.settings.strategy.as_str();
+                self.announce_reloaded(key, uid, &configs, strategy).await;
                 Ok(WriteOutcome::Reloaded)
             }
         }
+    }
+
+    /// `restart-by: eviction`: the pods are evicted one step per attempt
+    /// (`super::eviction`), the template untouched; `in-place` cannot be done. Shadow mode
+    /// predicts no template for either.
+    async fn restart_pods(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &WorkloadKey,
+        (object, template_changes): Read,
+        restart_by: RestartBy,
+        turn: &WriteTurn<'_>,
+    ) -> Result<WriteOutcome, WriteError> {
+        if let Some(shadow) = &self.shadow {
+            shadow.unjudged(key);
+            return Ok(WriteOutcome::Predicted);
+        }
+        if restart_by == RestartBy::InPlace {
+            return Err(WriteError::Permanent(IN_PLACE_UNSUPPORTED.into()));
+        }
+        if !evicts_for(key.kind) {
+            return Err(WriteError::Permanent(format!(
+                "restart-by: eviction does not apply to a {}: an evicted pod of it is not replaced",
+                key.kind
+            )));
+        }
+        let step = super::eviction::restart_step(
+            &self.eviction_client,
+            api,
+            key,
+            &object,
+            &template_changes,
+            self.keys(),
+            turn,
+        )
+        .await?;
+        match step {
+            Restarted::UpToDate => Ok(WriteOutcome::UpToDate),
+            Restarted::Done => {
+                let configs: Vec<ConfigKey> =
+                    template_changes.iter().map(|c| c.config.clone()).collect();
+                self.announce_reloaded(key, object.metadata.uid, &configs, "eviction")
+                    .await;
+                Ok(WriteOutcome::Reloaded)
+            }
+        }
+    }
+
+    fn restart_by(&self, meta: &ObjectMeta) -> RestartBy {
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        restart_by_of(self.keys(), &annotations).0
     }
 
     /// A Rollout whose template is a Deployment's (workloadRef) can only be restarted: its own
@@ -348,6 +420,7 @@ impl KubeWriter {
         key: &WorkloadKey,
         uid: Option<String>,
         configs: &[ConfigKey],
+        strategy: &str,
     ) {
         let reference = workload_reference(key, uid);
         let trace_id = crate::spans::current_trace_id();
@@ -355,7 +428,7 @@ impl KubeWriter {
             info!(
                 workload = %key,
                 config = %config,
-                strategy = self.settings.strategy.as_str(),
+                strategy,
                 trace_id = trace_id.as_deref().unwrap_or_default(),
                 "reloaded"
             );

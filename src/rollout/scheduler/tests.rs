@@ -339,6 +339,43 @@ fn a_handover_hold_is_not_a_failure() {
 }
 
 #[test]
+fn a_step_made_ends_a_failing_streak_and_waits_for_the_next_step() {
+    let t0 = Instant::now();
+    let mut s = scheduler(many_slots());
+    add(&mut s, "a", "x", Priority::Live, t0);
+    let d = s.next(t0).unwrap();
+    let failed = Completion::Failed {
+        error: "blocked".into(),
+    };
+    assert!(s.complete(&d.key, d.changes, failed, t0).is_some());
+    let t1 = t0 + Duration::from_secs(1);
+    let d = s.next(t1).unwrap();
+    assert_eq!(d.attempt, 2, "a retry");
+    let step = Completion::Progressed {
+        step: "evicted pod p-1".into(),
+        next_in: Duration::from_secs(1),
+    };
+    assert_eq!(s.complete(&d.key, d.changes, step, t1), None);
+    let state = s.inspect(&wl("a", "x"), t1).unwrap();
+    assert_eq!(state.progress.as_deref(), Some("evicted pod p-1"));
+    assert_eq!(state.next_step_in_seconds, Some(1.0));
+    assert_eq!((state.failures, state.last_error), (0, None));
+    assert!(
+        s.next(t1 + ms(999)).is_none(),
+        "not before the next step is due"
+    );
+    let next = s.next(t1 + Duration::from_secs(1)).unwrap();
+    assert_eq!(next.attempt, 1, "no longer a failing write");
+    s.complete(
+        &next.key,
+        next.changes,
+        Completion::Written { reloaded: true },
+        t1,
+    );
+    assert!(s.inspect(&wl("a", "x"), t1).is_none(), "done: nothing left");
+}
+
+#[test]
 fn the_minimum_interval_holds_the_next_write_of_a_workload_only() {
     let t0 = Instant::now();
     let mut s = scheduler(SchedulerSettings {

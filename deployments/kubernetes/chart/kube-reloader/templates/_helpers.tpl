@@ -228,6 +228,16 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- if ($v.podRestarts).enabled }}
+# restart-by: eviction (docs/pod-restarts.md): a workload's pods listed by its selector, and
+# evicted through the Eviction API (never deleted), so PodDisruptionBudgets hold.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- end }}
 {{- end }}
 {{- end -}}
 
