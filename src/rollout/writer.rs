@@ -728,10 +728,16 @@ impl WorkloadWriter for Arc<KubeWriter> {
     }
 }
 
-/// Marks a `write` attempt's span with how it ended; a failed attempt is an error span.
+/// Marks a `write` attempt's span with how it ended; a failed attempt is an error span, a step
+/// of a restart by eviction is not.
 fn record_write(span: &Span, result: &Result<WriteOutcome, WriteError>) {
     match result {
         Ok(outcome) => span.set_attribute("result", outcome_label(outcome)),
+        // A step of a write done in steps: progress, not a failure.
+        Err(WriteError::Progressing(step)) => {
+            span.set_attribute("result", "progressing");
+            span.set_attribute("step", step.clone());
+        }
         Err(error) => {
             span.set_attribute("error.type", error.metric_label());
             span.set_status(Status::error(error.to_string()));
