@@ -6,18 +6,21 @@
 //! owning replica carries on where the last one stopped. The I/O is `rollout::eviction`.
 //!
 //! One restart, step by step (one step per write attempt):
-//! 1. `Begin`: the configs and values to restart for are recorded as pending, with `since`, the
-//!    time the restart began; every pod created before it still runs the old values.
+//! 1. `Begin`: the configs and values to restart for are recorded as pending, with the UIDs of
+//!    the workload's pods at that moment: they may run the old values; a pod created later
+//!    reads the new ones. UIDs, not a time: the API server's clock stamps pods, the controller's
+//!    would stamp the restart, and the two may disagree (a skewed replica would evict the
+//!    replacements again, or spare an old pod).
 //! 2. `Wait` while the workload is not settled (a pod terminating, or fewer Ready pods than it
 //!    wants): one pod at a time.
-//! 3. `Evict` the oldest pod created before `since`; its owner replaces it.
+//! 3. `Evict` the oldest pod still left of those recorded; its owner replaces it.
 //! 4. `Finish` when none is left: the pending values become the ones the workload records,
 //!    which the index reads as a template's recorded hash.
 //!
 //! A newer value of a config while a restart runs begins it again (pods replaced meanwhile ran
 //! the older value).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 
@@ -91,8 +94,12 @@ pub struct RestartRecord {
 pub struct PendingRestart {
     /// config id -> value the restart is for.
     pub configs: BTreeMap<String, String>,
-    /// When the restart began: pods created before it run older values.
+    /// When the restart began, as the controller's clock said (for people; decisions use
+    /// `pods`).
     pub since: jiff::Timestamp,
+    /// UIDs of the pods the workload had when the restart began: those still to replace.
+    #[serde(default)]
+    pub pods: BTreeSet<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +138,7 @@ impl RestartRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
     pub name: String,
+    pub uid: String,
     pub created: jiff::Timestamp,
     pub terminating: bool,
     pub ready: bool,
@@ -147,12 +155,12 @@ pub enum EvictionStep {
     Wait(String),
     /// Evict this pod.
     Evict(String),
-    /// No pod older than the restart is left: record it as done (the new record to write).
+    /// No pod recorded when the restart began is left: record it as done (the new record to write).
     Finish(RestartRecord),
 }
 
 /// The next step of restarting for `target` (config id -> value), given the record, the
-/// workload's pods, how many Ready pods it wants, and the time now. Pure.
+/// workload's pods now, how many Ready pods it wants, and the time now. Pure.
 pub fn next_step(
     record: &RestartRecord,
     target: &BTreeMap<String, String>,
@@ -170,17 +178,17 @@ pub fn next_step(
         if open.is_empty() {
             return EvictionStep::UpToDate;
         }
-        return EvictionStep::Begin(begin(record, open, now));
+        return EvictionStep::Begin(begin(record, open, pods, now));
     };
     // A value the pending restart is not for (a newer one, or another config): begin again,
-    // keeping what was pending.
+    // keeping what was pending. Pods replaced meanwhile ran the older value: all are recorded.
     if open
         .iter()
         .any(|(id, value)| pending.configs.get(id) != Some(value))
     {
         let mut configs = pending.configs.clone();
         configs.extend(open);
-        return EvictionStep::Begin(begin(record, configs, now));
+        return EvictionStep::Begin(begin(record, configs, pods, now));
     }
     if let Some(pod) = pods.iter().find(|p| p.terminating) {
         return EvictionStep::Wait(format!("pod {} is terminating", pod.name));
@@ -189,12 +197,9 @@ pub fn next_step(
     if ready < desired {
         return EvictionStep::Wait(format!("{ready} of {desired} pods Ready"));
     }
-    // Creation times have whole seconds: a pod created in the second the restart began may be
-    // older than it, so it counts as old (one restart too many, never one too few).
-    let since_second = pending.since.as_second();
     let oldest = pods
         .iter()
-        .filter(|p| p.created.as_second() <= since_second)
+        .filter(|p| pending.pods.contains(&p.uid))
         .min_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
     match oldest {
         Some(pod) => EvictionStep::Evict(pod.name.clone()),
@@ -210,13 +215,20 @@ pub fn next_step(
 fn begin(
     record: &RestartRecord,
     configs: BTreeMap<String, String>,
+    pods: &[PodView],
     now: jiff::Timestamp,
 ) -> RestartRecord {
+    let pods = pods
+        .iter()
+        .filter(|p| !p.terminating)
+        .map(|p| p.uid.clone())
+        .collect();
     RestartRecord {
         done: record.done.clone(),
         pending: Some(PendingRestart {
             configs,
             since: now,
+            pods,
         }),
     }
 }

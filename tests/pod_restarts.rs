@@ -353,7 +353,7 @@ async fn a_restart_cut_by_a_crash_is_finished_by_the_next_controller_once_per_po
 }
 
 /// A StatefulSet's pods come back with the same names: each is still evicted once (told apart
-/// by when it was created, not by its name), and the StatefulSet keeps its revision.
+/// by UID, not by name), and the StatefulSet keeps its revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_is_restarted_pod_by_pod_under_the_same_names() {
     let ns = TestNamespace::new("kr-evict-sts").await;
@@ -422,4 +422,66 @@ async fn a_statefulset_is_restarted_pod_by_pod_under_the_same_names() {
         revision_before,
         "the template never changed"
     );
+}
+
+/// libfaketime from Debian's `faketime` package: LD_PRELOADed, it shifts the clocks the
+/// controller reads by a fixed offset.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The pods to replace are told by UID, not by comparing the API server's creation times with
+/// the controller's clock: a controller 30 s ahead would evict the replacements again and
+/// again, one 30 s behind would find no pod older than its restart and evict none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skewed_controller_clock_evicts_each_pod_once() {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's faketime package (.ci/run does)"
+    );
+    for offset in ["+30s", "-30s"] {
+        let ns = TestNamespace::new("kr-evict-skew").await;
+        let kwok = Kwok::start(&ns.client, &format!("{}-node", ns.name), &[]).await;
+        let c = &ns.client;
+        create(c, &ns.name, configmap("settings", json!({"k": "v1"}))).await;
+        let auto = json!({"reloader.stakater.com/auto": "true"});
+        let evicted = json!({"reloader.stakater.com/auto": "true",
+            "kube-reloader.io/restart-by": "eviction"});
+        create(c, &ns.name, on_node("control", &kwok.node, 1, auto)).await;
+        create(c, &ns.name, on_node("evicted", &kwok.node, 2, evicted)).await;
+        wait_ready(&ns, "control", 1).await;
+        wait_ready(&ns, "evicted", 2).await;
+        let before = pod_uids(&ns, "evicted").await;
+        let seen = pods_seen(&ns, "evicted");
+        let _controller = Controller::start_with_env(
+            &[
+                &format!("--namespaces={}", ns.name),
+                &format!("--pod-namespace={}", ns.name),
+            ],
+            &[("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", offset)],
+        )
+        .await;
+        let hash = change_and_see_control_roll(&ns, "v2").await;
+        wait_for(
+            &format!("the restart to finish with the clock {offset}"),
+            Duration::from_secs(60),
+            || async {
+                let done = restarted_for(&ns, "evicted", "configmap/settings").await;
+                (done.as_deref() == Some(hash.as_str()))
+                    .then_some(())
+                    .ok_or(format!("restarted for {done:?}"))
+            },
+        )
+        .await;
+        assert!(
+            pod_uids(&ns, "evicted").await.is_disjoint(&before),
+            "clock {offset}: every old pod replaced"
+        );
+        // Settled: a controller evicting replacements again would have done so by now.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen.len(),
+            4,
+            "clock {offset}: each pod evicted once: {seen:?}"
+        );
+    }
 }

@@ -7,6 +7,7 @@ fn at(second: i64) -> jiff::Timestamp {
 fn pod(name: &str, created: i64) -> PodView {
     PodView {
         name: name.into(),
+        uid: format!("uid-{name}"),
         created: at(created),
         terminating: false,
         ready: true,
@@ -20,12 +21,14 @@ fn target(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn pending(configs: &[(&str, &str)], since: i64) -> RestartRecord {
+/// A restart begun at `since` when the workload had `pods` (names; their UIDs are recorded).
+fn pending(configs: &[(&str, &str)], since: i64, pods: &[&str]) -> RestartRecord {
     RestartRecord {
         done: BTreeMap::new(),
         pending: Some(PendingRestart {
             configs: target(configs),
             since: at(since),
+            pods: pods.iter().map(|p| format!("uid-{p}")).collect(),
         }),
     }
 }
@@ -47,16 +50,18 @@ fn a_value_already_restarted_for_is_up_to_date() {
 }
 
 #[test]
-fn a_new_value_begins_a_restart_at_now() {
+fn a_new_value_begins_a_restart_recording_the_pods_there_are() {
     let record = RestartRecord {
         done: target(&[("configmap/app", "h1")]),
         pending: None,
     };
+    let mut going = pod("going", 5);
+    going.terminating = true;
     let step = next_step(
         &record,
         &target(&[("configmap/app", "h2")]),
-        &[pod("a", 10)],
-        1,
+        &[pod("a", 10), pod("b", 11), going],
+        2,
         at(100),
     );
     let EvictionStep::Begin(next) = step else {
@@ -68,14 +73,15 @@ fn a_new_value_begins_a_restart_at_now() {
     );
     assert_eq!(
         next.pending,
-        pending(&[("configmap/app", "h2")], 100).pending
+        pending(&[("configmap/app", "h2")], 100, &["a", "b"]).pending,
+        "a pod already terminating goes away by itself"
     );
 }
 
 #[test]
-fn evicts_the_oldest_pod_created_before_the_restart_one_at_a_time() {
-    let record = pending(&[("configmap/app", "h2")], 100);
-    let pods = [pod("b", 50), pod("a", 20), pod("fresh", 130)];
+fn evicts_the_oldest_pod_left_of_those_recorded_one_at_a_time() {
+    let record = pending(&[("configmap/app", "h2")], 100, &["a", "b"]);
+    let pods = [pod("b", 50), pod("a", 20), pod("fresh", 10)];
     let step = next_step(
         &record,
         &target(&[("configmap/app", "h2")]),
@@ -83,12 +89,16 @@ fn evicts_the_oldest_pod_created_before_the_restart_one_at_a_time() {
         3,
         at(140),
     );
-    assert_eq!(step, EvictionStep::Evict("a".into()));
+    assert_eq!(
+        step,
+        EvictionStep::Evict("a".into()),
+        "`fresh` was not there when the restart began, whatever its clock says"
+    );
 }
 
 #[test]
 fn waits_while_a_pod_terminates_or_too_few_are_ready() {
-    let record = pending(&[("configmap/app", "h2")], 100);
+    let record = pending(&[("configmap/app", "h2")], 100, &["a", "b"]);
     let wanted = target(&[("configmap/app", "h2")]);
     let mut going = pod("a", 20);
     going.terminating = true;
@@ -104,13 +114,16 @@ fn waits_while_a_pod_terminates_or_too_few_are_ready() {
 }
 
 #[test]
-fn finishes_when_every_pod_is_newer_than_the_restart() {
-    let mut record = pending(&[("configmap/app", "h2")], 100);
+fn finishes_when_no_pod_recorded_at_the_start_is_left() {
+    let mut record = pending(&[("configmap/app", "h2")], 100, &["a", "b"]);
     record.done = target(&[("secret/db", "s1"), ("configmap/app", "h1")]);
+    // Replacements, even under the same names (a StatefulSet's), have new UIDs.
+    let mut a_again = pod("a", 102);
+    a_again.uid = "uid-a-2".into();
     let step = next_step(
         &record,
         &target(&[("configmap/app", "h2")]),
-        &[pod("x", 102), pod("y", 105)],
+        &[a_again, pod("y", 105)],
         2,
         at(140),
     );
@@ -125,25 +138,12 @@ fn finishes_when_every_pod_is_newer_than_the_restart() {
 }
 
 #[test]
-fn a_pod_created_in_the_second_the_restart_began_counts_as_old() {
-    let record = pending(&[("configmap/app", "h2")], 100);
-    let step = next_step(
-        &record,
-        &target(&[("configmap/app", "h2")]),
-        &[pod("same-second", 100)],
-        1,
-        at(140),
-    );
-    assert_eq!(step, EvictionStep::Evict("same-second".into()));
-}
-
-#[test]
-fn a_newer_value_while_restarting_begins_again_keeping_the_pending_configs() {
-    let record = pending(&[("configmap/app", "h2"), ("secret/db", "s2")], 100);
+fn a_newer_value_while_restarting_begins_again_with_every_pod_now() {
+    let record = pending(&[("configmap/app", "h2"), ("secret/db", "s2")], 100, &["a"]);
     let step = next_step(
         &record,
         &target(&[("configmap/app", "h3")]),
-        &[pod("a", 20)],
+        &[pod("a", 20), pod("replaced", 110)],
         1,
         at(140),
     );
@@ -156,11 +156,17 @@ fn a_newer_value_while_restarting_begins_again_keeping_the_pending_configs() {
         again.configs,
         target(&[("configmap/app", "h3"), ("secret/db", "s2")])
     );
+    let uids: Vec<&str> = again.pods.iter().map(String::as_str).collect();
+    assert_eq!(
+        uids,
+        ["uid-a", "uid-replaced"],
+        "the replacement ran h2: it goes too"
+    );
 }
 
 #[test]
 fn the_record_round_trips_and_reads_what_was_done() {
-    let mut record = pending(&[("configmap/app", "h2")], 100);
+    let mut record = pending(&[("configmap/app", "h2")], 100, &["a"]);
     record.done = target(&[("secret/db", "s1")]);
     let read = RestartRecord::parse(Some(&record.to_json())).unwrap();
     assert_eq!(read, record);

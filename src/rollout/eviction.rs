@@ -50,11 +50,7 @@ pub(super) async fn restart_step(
         .map(|c| (config_id(&c.config), c.hash.clone().unwrap_or_default()))
         .collect();
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
-    let pods = match record.pending.is_some() {
-        true => pods_of(&pods_api, key, object).await?,
-        // Nothing to evict before a restart has begun: no list.
-        false => Vec::new(),
-    };
+    let pods = pods_of(&pods_api, key, object).await?;
     let desired = desired_pods(key.kind, &object.data);
     let step = next_step(&record, &target, &pods, desired, jiff::Timestamp::now());
     tracing::debug!(workload = %key, ?step, pods = pods.len(), desired, "restart step");
@@ -161,6 +157,7 @@ fn pod_view(pod: &Pod) -> Option<PodView> {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     Some(PodView {
         name: pod.metadata.name.clone()?,
+        uid: pod.metadata.uid.clone()?,
         created: pod.metadata.creation_timestamp.as_ref()?.0,
         terminating: pod.metadata.deletion_timestamp.is_some(),
         ready,
