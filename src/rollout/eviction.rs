@@ -24,7 +24,7 @@ use super::queue::{WriteError, WriteTurn, classify};
 pub(super) enum Restarted {
     /// Every pod already ran the values.
     UpToDate,
-    /// The last pod older than the restart is gone and the record says so.
+    /// The last pod recorded when the restart began is gone and the record says so.
     Done,
 }
 
