@@ -906,6 +906,39 @@ mod tests {
     }
 
     #[test]
+    fn restart_by_is_read_from_metadata_and_an_unknown_value_changes_the_template() {
+        let by = |meta: &[(&str, &str)], template: &[(&str, &str)]| {
+            let p = parse(meta, template);
+            let problems: Vec<String> = p.problems.iter().map(ToString::to_string).collect();
+            (p.restart_by, problems)
+        };
+        let key = "kube-reloader.io/restart-by";
+        assert_eq!(by(&[(key, "eviction")], &[]), (RestartBy::Eviction, vec![]));
+        assert_eq!(by(&[(key, "in-place")], &[]), (RestartBy::InPlace, vec![]));
+        assert_eq!(
+            by(&[(key, " template ")], &[]),
+            (RestartBy::Template, vec![])
+        );
+        let (restart_by, problems) = by(&[(key, "evict")], &[]);
+        assert_eq!(restart_by, RestartBy::Template);
+        assert_eq!(
+            problems,
+            [
+                "restart-by 'evict' is unknown (eviction, in-place, or template); the pod template is changed"
+            ]
+        );
+        assert_eq!(
+            by(&[], &[(key, "eviction")]),
+            (RestartBy::Template, vec![]),
+            "metadata only"
+        );
+        // Shared like any simple policy, but never with a policy that changes templates.
+        let evicted = parse(&[(key, "eviction")], &[]).shared();
+        let templated = parse(&[], &[]).shared();
+        assert!(!Arc::ptr_eq(&evicted, &templated));
+    }
+
+    #[test]
     fn reading_records_where_each_annotation_came_from() {
         let keys = AnnotationKeys::default();
         let r = ReloadPolicy::read(
