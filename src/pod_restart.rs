@@ -212,6 +212,19 @@ pub fn next_step(
     }
 }
 
+impl EvictionStep {
+    /// For logs: the step without the record (which lists every pod's UID).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EvictionStep::UpToDate => "up to date",
+            EvictionStep::Begin(_) => "begin",
+            EvictionStep::Wait(_) => "wait",
+            EvictionStep::Evict(_) => "evict",
+            EvictionStep::Finish(_) => "finish",
+        }
+    }
+}
+
 fn begin(
     record: &RestartRecord,
     configs: BTreeMap<String, String>,

@@ -53,7 +53,7 @@ pub(super) async fn restart_step(
     let pods = pods_of(&pods_api, key, object).await?;
     let desired = desired_pods(key.kind, &object.data);
     let step = next_step(&record, &target, &pods, desired, jiff::Timestamp::now());
-    tracing::debug!(workload = %key, ?step, pods = pods.len(), desired, "restart step");
+    tracing::debug!(workload = %key, step = step.name(), pods = pods.len(), desired, "restart step");
     match step {
         EvictionStep::UpToDate => Ok(Restarted::UpToDate),
         EvictionStep::Begin(record) => {
