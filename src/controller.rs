@@ -109,8 +109,8 @@ struct Started {
     settings: Arc<Settings>,
     access: AccessPlan,
     client: Client,
-    /// The same client without kube-rs's own retries, for evictions (see [`ClientRetries`]).
-    eviction_client: Client,
+    /// The same client without kube-rs's own retries, for the writer (see [`ClientRetries`]).
+    write_client: Client,
     metrics: Arc<Metrics>,
     leader_lock: Option<Arc<LeaderLock>>,
     environment: crate::config::Environment,
@@ -213,7 +213,7 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
     let selector = SelectorFeed::default();
     let shadow = settings.shadow.is_some();
     let client = kube_client(&metrics, &selector, shadow, ClientRetries::Kube).await?;
-    let eviction_client = kube_client(&metrics, &selector, shadow, ClientRetries::Off).await?;
+    let write_client = kube_client(&metrics, &selector, shadow, ClientRetries::Off).await?;
     detect_openshift(&client, &mut settings).await;
     let meta_namespace = meta_info.as_ref().map(|m| m.namespace().to_string());
     let access = review_access(&client, &settings, meta_namespace.as_deref()).await?;
@@ -243,7 +243,7 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
         settings: Arc::new(settings),
         access,
         client,
-        eviction_client,
+        write_client,
         metrics,
         leader_lock,
         environment,
@@ -282,13 +282,12 @@ fn build_pipeline(
     )
     .muted(shadowing);
     let writer = KubeWriter::new(
-        client.clone(),
+        started.write_client.clone(),
         settings.clone(),
         ownership.clone(),
         events.clone(),
         pauses.clone(),
     )
-    .evicting_with(started.eviction_client.clone())
     .checking_views(Arc::new(ConfigViews::new(client.clone(), index.clone())));
     let writer = Arc::new(match &shadow {
         Some(shadow) => writer.shadowing(shadow.clone()),
@@ -515,9 +514,12 @@ async fn review_access(
 enum ClientRetries {
     /// kube-rs's default: up to 15 times, honouring `Retry-After`.
     Kube,
-    /// None. A PodDisruptionBudget that blocks an eviction answers 429 with `Retry-After: 10`:
-    /// retried inside the client, one eviction would hold its write slot for minutes, unseen.
-    /// The queue retries it with its own backoff instead, and reports it.
+    /// None: the writer's. A write answered 429 (API Priority and Fairness throttling a flow,
+    /// or a PodDisruptionBudget blocking an eviction, `Retry-After: 10`), retried inside the
+    /// client, kept its write slot for as long as the retries took, minutes, unseen by the
+    /// queue: two throttled tenants held all 32 slots and every other tenant waited
+    /// (`tests/tenancy.rs`, `throttled_namespaces_do_not_hold_the_write_slots`). The queue
+    /// retries with its own backoff instead, frees the slot at once, and reports it.
     Off,
 }
 

@@ -297,6 +297,99 @@ async fn writes_failing_in_one_namespace_do_not_stop_the_others_and_land_once_fi
     );
 }
 
+/// Two namespaces whose writes the API server throttles (429 with `Retry-After: 30`, as API
+/// Priority and Fairness answers a flow over its share), each with more workloads than a tenant
+/// may have in flight (half of the 32 write slots): the other namespaces' reloads still go out
+/// at once. Throttled writes free their slot and wait in the queue's backoff; a client that
+/// retried the 429 itself, honouring `Retry-After`, kept them in flight, the two namespaces
+/// held every slot, and the others waited 30 s and more. They all land once the throttle ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_namespaces_do_not_hold_the_write_slots() {
+    use common::fault_proxy::{FaultProxy, Throttle};
+    const PER_NAMESPACE: usize = 20;
+    let selector = unique_token("throttled");
+    let throttled =
+        tenant_namespaces("tenancy-throttled", &selector, 2, PER_NAMESPACE, json!({})).await;
+    let quiet = tenant_namespaces("tenancy-unthrottled", &selector, 2, 1, json!({})).await;
+    let client = throttled[0].client.clone();
+    let proxy = FaultProxy::start().await;
+    proxy.throttle(Throttle {
+        namespaces: throttled.iter().map(|n| n.name.clone()).collect(),
+        resource: "deployments",
+        retry_after_s: 30,
+    });
+    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    let controller = Controller::start_with_env(
+        &[
+            &format!("--namespace-selector=kube-reloader-tenancy={selector}"),
+            "--max-retry-backoff=2s",
+        ],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    )
+    .await;
+    let hash = configmap_hash(&[("k", "v2")]);
+
+    change_all(&throttled, "v2").await;
+    // As many as there are write slots: enough to fill them all, were throttled writes to
+    // keep theirs.
+    let answered = 32;
+    wait_for(
+        "the throttled workloads' writes to be answered 429",
+        Duration::from_secs(30),
+        || async {
+            let n = proxy.throttled();
+            (n >= answered)
+                .then_some(())
+                .ok_or(format!("{n} answered 429"))
+        },
+    )
+    .await;
+    let started = Instant::now();
+    change_all(&quiet, "v2").await;
+    for q in &quiet {
+        wait_for(
+            "an unthrottled namespace's reload",
+            Duration::from_secs(10),
+            || async {
+                match rolled(&client, &q.name, &hash).await.0 {
+                    1 => Ok(()),
+                    _ => Err(format!("{} not rolled", q.name)),
+                }
+            },
+        )
+        .await;
+    }
+    let quiet_took = started.elapsed();
+    for t in &throttled {
+        assert_eq!(
+            rolled(&client, &t.name, &hash).await.0,
+            0,
+            "the throttle let writes through"
+        );
+    }
+
+    proxy.throttle(Throttle {
+        namespaces: Vec::new(),
+        resource: "deployments",
+        retry_after_s: 30,
+    });
+    for t in &throttled {
+        wait_for(
+            "every throttled Deployment's reload once the throttle ends",
+            Duration::from_secs(60),
+            || async {
+                match rolled(&client, &t.name, &hash).await.0 {
+                    n if n == PER_NAMESPACE => Ok(()),
+                    n => Err(format!("{n} of {PER_NAMESPACE} rolled")),
+                }
+            },
+        )
+        .await;
+    }
+    eprintln!("unthrottled reloads while two namespaces were throttled: {quiet_took:?}");
+    drop(controller);
+}
+
 /// Removes the webhook even when the test fails, so that other tests' writes are not refused.
 struct WebhookGuard(String);
 

@@ -111,9 +111,6 @@ pub struct KubeWriter {
     view_check: Option<Arc<dyn ViewCheck>>,
     /// Shadow mode: every write is computed and handed here instead of being sent.
     shadow: Option<Arc<Shadow>>,
-    /// The client evictions go through: one that does not retry a 429 itself (a blocking
-    /// PodDisruptionBudget answers it), so the queue's backoff and report see it.
-    eviction_client: Client,
 }
 
 impl KubeWriter {
@@ -126,21 +123,12 @@ impl KubeWriter {
     ) -> Self {
         Self {
             view_check: None,
-            eviction_client: client.clone(),
             client,
             settings,
             ownership,
             events,
             pauses,
             shadow: None,
-        }
-    }
-
-    /// Pods are listed and evicted with `client`.
-    pub fn evicting_with(self, client: Client) -> Self {
-        Self {
-            eviction_client: client,
-            ..self
         }
     }
 
@@ -250,7 +238,7 @@ impl KubeWriter {
             )));
         }
         let step = super::eviction::restart_step(
-            &self.eviction_client,
+            &self.client,
             api,
             key,
             &object,
@@ -648,14 +636,20 @@ impl KubeWriter {
         }
         let job: DynamicObject =
             serde_json::from_value(job).map_err(|e| WriteError::Permanent(e.to_string()))?;
-        // The old Job may take a moment to go (finalizers): retry "already exists" briefly.
+        // The old Job may take a moment to go (finalizers): retry "already exists" briefly. A
+        // transient failure is retried here too: the Job is deleted already, and a retry of the
+        // whole write would find it gone and drop the reload with it.
         for attempt in 0..50 {
-            match api.create(&PostParams::default(), &job).await {
+            match api
+                .create(&PostParams::default(), &job)
+                .await
+                .map_err(classify)
+            {
                 Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt < 49 => {
+                Err(WriteError::Conflict(_) | WriteError::Transient(_)) if attempt < 49 => {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(classify(e)),
+                Err(e) => return Err(e),
             }
         }
         Err(WriteError::Transient(

@@ -51,6 +51,18 @@ struct Faults {
     /// Streaming lists (`sendInitialEvents`) refused, as a server without WatchList refuses them.
     refuse_streaming: AtomicBool,
     stale: Mutex<Option<StaleList>>,
+    /// Patches of `resource` in these namespaces answered 429 with `Retry-After`, as API Priority
+    /// and Fairness answers a flow over its share.
+    throttled: Mutex<Option<Throttle>>,
+    throttled_count: AtomicU64,
+}
+
+/// Writes (PATCH) of one resource in some namespaces answered 429 with `Retry-After`.
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    pub namespaces: Vec<String>,
+    pub resource: &'static str,
+    pub retry_after_s: u32,
 }
 
 pub struct FaultProxy {
@@ -67,6 +79,8 @@ impl FaultProxy {
             watches: tokio::sync::watch::Sender::new(WatchFault::None),
             refuse_streaming: AtomicBool::new(false),
             stale: Mutex::new(None),
+            throttled: Mutex::new(None),
+            throttled_count: AtomicU64::new(0),
         });
         let proxy = ApiProxy::start("fault-proxy", super::client().await, faults.clone())
             .await
@@ -123,6 +137,16 @@ impl FaultProxy {
         *self.faults.stale.lock().unwrap() = Some(StaleList { resource, body });
     }
 
+    /// Patches matching `throttle` get 429 with its `Retry-After` from now on.
+    pub fn throttle(&self, throttle: Throttle) {
+        *self.faults.throttled.lock().unwrap() = Some(throttle);
+    }
+
+    /// How many requests the throttle has answered 429 so far.
+    pub fn throttled(&self) -> u64 {
+        self.faults.throttled_count.load(Ordering::Relaxed)
+    }
+
     /// How many requests the fault has failed so far.
     pub fn failed(&self) -> u64 {
         self.faults.failed.load(Ordering::Relaxed)
@@ -139,6 +163,10 @@ impl Hooks for Faults {
     fn request(&self, call: &Call) -> Option<Response> {
         if self.refuses_streaming(call) || self.should_fail(call) {
             return Some(injected_failure());
+        }
+        if let Some(retry_after_s) = self.throttles(call) {
+            self.throttled_count.fetch_add(1, Ordering::Relaxed);
+            return Some(too_many_requests(retry_after_s));
         }
         self.stale_answer(call)
     }
@@ -173,6 +201,18 @@ impl Faults {
         Some((StatusCode::OK, head, stale.body.clone()).into_response())
     }
 
+    fn throttles(&self, call: &Call) -> Option<u32> {
+        let throttle = self.throttled.lock().unwrap();
+        let t = throttle.as_ref()?;
+        let hit = call.verb == "patch"
+            && call.resource == t.resource
+            && call
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| t.namespaces.contains(ns));
+        hit.then_some(t.retry_after_s)
+    }
+
     fn should_fail(&self, call: &Call) -> bool {
         if call.verb != "list" {
             return false;
@@ -196,6 +236,21 @@ fn injected_failure() -> Response {
     (
         StatusCode::INTERNAL_SERVER_ERROR,
         [(header::CONTENT_TYPE, "application/json")],
+        status,
+    )
+        .into_response()
+}
+
+fn too_many_requests(retry_after_s: u32) -> Response {
+    let status = format!(
+        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"too many requests (injected by the test's fault proxy)","reason":"TooManyRequests","details":{{"retryAfterSeconds":{retry_after_s}}},"code":429}}"#
+    );
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::RETRY_AFTER, retry_after_s.to_string()),
+        ],
         status,
     )
         .into_response()
