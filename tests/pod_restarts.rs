@@ -121,14 +121,9 @@ async fn restarted_for_kind(
     record["done"][config].as_str().map(str::to_owned)
 }
 
-/// The value the workload's restart record says its pods were all restarted for.
+/// The value the Deployment's restart record says its pods were all restarted for.
 async fn restarted_for(ns: &TestNamespace, name: &str, config: &str) -> Option<String> {
-    let d = get(&ns.client, &ns.name, "apps/v1", "Deployment", name).await?;
-    let record = d
-        .pointer("/metadata/annotations/kube-reloader.io~1restarted-for")?
-        .as_str()?;
-    let record: Value = serde_json::from_str(record).ok()?;
-    record["done"][config].as_str().map(str::to_owned)
+    restarted_for_kind(ns, "Deployment", name, config).await
 }
 
 /// Changes `settings` and waits until `control` (rolled the usual way) records the new value.
