@@ -160,6 +160,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             access: started.access,
             ignored_secrets: watches.ignored_secret_types(),
             served: watches.served_apis(),
+            wire_formats: watches.wire_formats(),
             queue: Box::new(crate::explain::live::queue_inspector(
                 engine.queue().clone(),
             )),

@@ -48,6 +48,8 @@ pub mod engine;
 pub mod handover;
 /// The reverse index: config -> workloads, with what is remembered of each.
 pub mod index;
+/// Kubernetes' protobuf wire format, decoded straight into what the watches hand on. Pure.
+pub mod protobuf;
 /// The one write path: the fair, coalescing, rate-limited queue, the writer, Events, pauses.
 pub mod rollout;
 /// Shadow mode: decide beside the incumbent, write nothing, judge its writes.

@@ -322,6 +322,12 @@ pub struct Flags {
     #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub list_workloads: bool,
 
+    /// The format the watches read: `auto` asks for protobuf for built-in kinds and reads JSON
+    /// where the server does not serve it (custom resources always, a 406 or 415 otherwise);
+    /// `protobuf` insists (a refusal is an error, retried); `json` never asks for protobuf.
+    #[arg(long, value_enum, default_value = "auto", env = "KUBE_RELOADER_WIRE_FORMAT")]
+    pub wire_format: super::WireFormat,
+
     /// Key-precise values (not Reloader's): `off` rolls a workload on any change of a config it
     /// uses, as Reloader; `annotated` makes workloads annotated `kube-reloader.io/precise-keys:
     /// "true"` count only the keys they read; `all` makes every workload do so unless annotated

@@ -27,6 +27,19 @@ fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The wire format of lists and watches (`--wire-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WireFormat {
+    /// Protobuf where the API server serves it, JSON elsewhere.
+    #[default]
+    Auto,
+    /// Protobuf for every built-in kind; a server that refuses it is an error.
+    Protobuf,
+    /// JSON only.
+    Json,
+}
+
 /// How a reload is written into the pod template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReloadStrategy {
@@ -101,6 +114,8 @@ pub struct Settings {
     pub rbac_listed_kinds: std::collections::BTreeSet<WorkloadKind>,
     /// `--list-workloads`: every workload kind is found by LIST, whatever RBAC allows.
     pub list_workloads: bool,
+    /// `--wire-format`.
+    pub wire_format: WireFormat,
     /// `--precise-keys`.
     pub precise_keys: PreciseKeys,
     /// The churn breaker, with `--churn-limit` above 0.
@@ -251,6 +266,7 @@ impl TryFrom<Flags> for Settings {
             shard,
             rbac_listed_kinds: Default::default(),
             list_workloads: f.list_workloads,
+            wire_format: f.wire_format,
             precise_keys: f.precise_keys,
             churn_breaker: (f.churn_limit > 0).then_some(BreakerSettings {
                 limit: f.churn_limit,

@@ -144,6 +144,9 @@ pub struct LiveAnswer {
     /// The CRD-backed kinds the settings turn on, and whether the cluster serves each (one not
     /// served is skipped until its CRD is installed).
     pub optional_apis: Vec<OptionalApiReport>,
+    /// The format each watched resource is read in (`--wire-format` and what the server
+    /// serves): resource -> `protobuf` or `json`.
+    pub wire_formats: std::collections::BTreeMap<&'static str, &'static str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -209,6 +212,8 @@ pub struct LiveExplainer {
     pub waves: Option<Arc<crate::rollout::wave_runner::WaveRunner>>,
     /// Which optional APIs the cluster serves, as the watches last checked.
     pub served: crate::watch::ServedApis,
+    /// The format each watch reads.
+    pub wire_formats: crate::watch::WireFormats,
 }
 
 /// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.
@@ -364,6 +369,7 @@ impl LiveExplainer {
                     served,
                 })
                 .collect(),
+            wire_formats: self.wire_formats.snapshot().into_iter().collect(),
         }
     }
 }
@@ -462,6 +468,7 @@ mod tests {
             breaker: None,
             waves: None,
             served: Default::default(),
+            wire_formats: Default::default(),
         }
     }
 

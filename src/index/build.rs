@@ -1,9 +1,10 @@
 //! Builds a [`WorkloadEntry`] from a workload object as the API server sent it. Pure.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -76,6 +77,7 @@ pub fn workload_entry(
         .pointer(kind.pod_template_pointer())
         .map(PodTemplateSpec::deserialize)
         .transpose()?
+        .map(Cow::Owned)
         .unwrap_or_default();
     let paused = object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
     let workload = Workload {
@@ -100,11 +102,7 @@ pub fn workload_entry_from_object(
         return Err(BuildError::NoIdentity);
     };
     let empty = BTreeMap::new();
-    let template = object
-        .pod_template_json(kind)
-        .map(serde_json::from_str::<PodTemplateSpec>)
-        .transpose()?
-        .unwrap_or_default();
+    let template = object.pod_template(kind)?.unwrap_or_default();
     let workload = Workload {
         kind,
         namespace,
@@ -128,7 +126,7 @@ struct Workload<'a> {
     namespace: &'a str,
     name: &'a str,
     annotations: &'a BTreeMap<String, String>,
-    template: PodTemplateSpec,
+    template: Cow<'a, PodTemplateSpec>,
     paused: bool,
 }
 
@@ -151,7 +149,8 @@ fn entry_from_parts(
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
     let policy = ReloadPolicy::parse(keys, metadata, &template_annotations);
-    let spec = template.spec.unwrap_or_default();
+    let no_spec = PodSpec::default();
+    let spec = template.spec.as_ref().unwrap_or(&no_spec);
 
     let restarts = restart_record(&policy, metadata, keys, namespace, name);
     let recorded = |kind: ConfigKind, name: &str| {
@@ -160,7 +159,7 @@ fn entry_from_parts(
             .map(str::to_string)
             .or_else(|| {
                 recorded_hash(
-                    &spec,
+                    spec,
                     &template_annotations,
                     keys,
                     &ConfigKey::new(kind, namespace, name),
@@ -168,12 +167,12 @@ fn entry_from_parts(
             })
             .map(String::into_boxed_str)
     };
-    let mut uses: Vec<IndexedUse> = config_uses(&spec)
+    let mut uses: Vec<IndexedUse> = config_uses(spec)
         .into_iter()
         .map(|u| IndexedUse {
             recorded: recorded(u.kind, &u.name),
             referenced: true,
-            reads: counted_keys(&spec, u.kind, &u.name),
+            reads: counted_keys(spec, u.kind, &u.name),
             kind: u.kind,
             name: Arc::from(u.name),
         })

@@ -9,10 +9,13 @@
 //! event.
 //! A raw value is read only straight from the bytes, which holds for LIST pages and for watch
 //! events whose `type` precedes their `object`, the order kube-apiserver writes them in.
+//! A workload read in protobuf (`crate::protobuf`) comes with its template already decoded, to
+//! the part the index reads.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde::{Deserialize, Deserializer};
@@ -26,6 +29,9 @@ pub struct WorkloadObject {
     pub metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<WorkloadSpec>,
+    /// The pod template of a workload read in protobuf (JSON keeps it raw in `spec`).
+    #[serde(skip)]
+    decoded_template: Option<Box<PodTemplateSpec>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -68,6 +74,42 @@ struct JobTemplateSpec {
 }
 
 impl WorkloadObject {
+    /// A workload decoded from protobuf: its metadata, its template (already at the kind's
+    /// path) and whether `spec.paused` is true.
+    pub fn decoded(metadata: ObjectMeta, template: Option<PodTemplateSpec>, paused: bool) -> Self {
+        let spec = WorkloadSpec {
+            paused: paused.then_some(serde_json::Value::Bool(true)),
+            ..Default::default()
+        };
+        Self {
+            metadata,
+            spec: Some(spec),
+            decoded_template: template.map(Box::new),
+        }
+    }
+
+    /// The pod template, however it was read (`None`: the workload has none).
+    pub fn pod_template(
+        &self,
+        kind: WorkloadKind,
+    ) -> Result<Option<Cow<'_, PodTemplateSpec>>, serde_json::Error> {
+        if let Some(template) = &self.decoded_template {
+            return Ok(Some(Cow::Borrowed(template)));
+        }
+        let parsed = self.pod_template_json(kind).map(serde_json::from_str);
+        Ok(parsed.transpose()?.map(Cow::Owned))
+    }
+
+    /// The pod template as a JSON value (`Null`: none, or not readable).
+    pub fn pod_template_value(&self, kind: WorkloadKind) -> serde_json::Value {
+        if let Some(template) = &self.decoded_template {
+            return serde_json::to_value(template).unwrap_or_default();
+        }
+        let text = self.pod_template_json(kind);
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default()
+    }
+
     /// The pod template's JSON text, where `kind` keeps it (a CronJob's is one level deeper).
     pub fn pod_template_json(&self, kind: WorkloadKind) -> Option<&str> {
         let spec = self.spec.as_ref()?;
@@ -85,7 +127,8 @@ impl WorkloadObject {
         let reference = spec.workload_ref.as_ref()?;
         let is_deployment = reference.kind == "Deployment"
             && matches!(reference.api_version.as_str(), "apps/v1" | "");
-        let inline = spec.template.as_ref().is_some_and(|t| t.get() != "null");
+        let inline = spec.template.as_ref().is_some_and(|t| t.get() != "null")
+            || self.decoded_template.is_some();
         (is_deployment && !inline && !reference.name.is_empty()).then_some(reference.name.as_str())
     }
 
@@ -93,6 +136,7 @@ impl WorkloadObject {
     pub fn with_template_of(mut self, other: &WorkloadObject) -> Self {
         let template = other.spec.as_ref().and_then(|s| s.template.clone());
         self.spec.get_or_insert_with(Default::default).template = template;
+        self.decoded_template = other.decoded_template.clone();
         self
     }
 

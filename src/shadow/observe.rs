@@ -44,10 +44,7 @@ pub fn writes_seen(
     if changed.is_empty() {
         return Vec::new();
     }
-    let template: Value = object
-        .pod_template_json(new.key.kind)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or(Value::Null);
+    let template: Value = object.pod_template_value(new.key.kind);
     changed
         .into_iter()
         .map(|config| Seen {

@@ -85,6 +85,12 @@ struct ApiLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WireFormatLabels {
+    resource: String,
+    format: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FallbackLabel {
     fallback: String,
 }
@@ -151,6 +157,7 @@ pub struct Metrics {
     server_side_sharding: Gauge,
     breaker_held_changes: Counter,
     api_served: Family<ApiLabel, Gauge>,
+    wire_format: Family<WireFormatLabels, Gauge>,
     shadow_verdicts: Family<VerdictLabel, Counter>,
 }
 
@@ -215,6 +222,7 @@ impl Metrics {
             server_side_sharding: Gauge::default(),
             breaker_held_changes: Counter::default(),
             api_served: Family::default(),
+            wire_format: Family::default(),
             shadow_verdicts: Family::default(),
         };
         m.create_series();
@@ -421,6 +429,12 @@ impl Metrics {
             "1 when the API of a CRD-backed kind a flag turns on (CSI, Argo Rollouts, \
              DeploymentConfigs) is served, 0 while it is not (its watch waits for it).",
             self.api_served.clone(),
+        );
+        own.register(
+            "wire_format",
+            "1 for the format each watched resource is read in (protobuf or json), 0 for the \
+             other (--wire-format; auto reads JSON where the server does not serve protobuf).",
+            self.wire_format.clone(),
         );
         own.register(
             "watch_restarts",
@@ -720,6 +734,18 @@ impl WatchObserver for Arc<Metrics> {
         self.api_served
             .get_or_create(&ApiLabel { api: api.label() })
             .set(i64::from(served));
+    }
+
+    fn wire_format(&self, resource: &'static str, format: &'static str) {
+        for other in ["protobuf", "json"] {
+            let labels = WireFormatLabels {
+                resource: resource.into(),
+                format: other.into(),
+            };
+            self.wire_format
+                .get_or_create(&labels)
+                .set(i64::from(other == format));
+        }
     }
 
     fn catch_up(&self, result: &'static str, changed: usize) {

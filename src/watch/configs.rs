@@ -28,6 +28,8 @@ use super::context::{
     watch_error, watch_streams,
 };
 use super::driver::{IndexVerbs, drive, map_event};
+use super::protobuf_watch::Decode;
+use crate::protobuf::FromProtobuf;
 use crate::resources::OptionalApi;
 
 pub(super) fn spawn_all(
@@ -74,14 +76,16 @@ async fn watch_kind<K>(
     gate: SyncGate,
 ) -> Result<(), WatchError>
 where
-    K: ConfigSource + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: ConfigSource + FromProtobuf + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     K::DynamicType: Default,
 {
     let apis: Vec<Api<K>> = scoped_apis(&ctx.client, &ctx.settings.scope);
     // Digests run on the pool while events keep their order: two in flight per worker keeps
     // every worker busy (the flag's 0 means a pool sized to the machine, so ask the pool).
     let workers = ctx.pool.workers() * 2;
-    let reduced = watch_streams(apis, config)
+    let decode: Decode<K> = Arc::new(K::from_protobuf);
+    let reduced = ctx
+        .wire_streams(K::KIND.as_str(), apis, config, Some(decode))
         .map(|(i, event)| {
             let ctx = ctx.clone();
             async move {

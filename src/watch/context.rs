@@ -21,7 +21,7 @@ use crate::index::ReverseIndex;
 use crate::resources::OptionalApi;
 use crate::shard::Ownership;
 
-use super::learned::{IgnoredSecretTypes, ListedKinds, ServedApis, WorkloadRefs};
+use super::learned::{IgnoredSecretTypes, ListedKinds, ServedApis, WireFormats, WorkloadRefs};
 
 /// Why the watches stopped. Each watch retries failures with backoff and runs forever, so any
 /// of these is a bug or a shutdown; the controller exits on it.
@@ -47,6 +47,8 @@ pub trait WatchObserver: Send + Sync + 'static {
     fn catch_up(&self, _result: &'static str, _changed: usize) {}
     /// A check of an optional API (a CRD-backed kind a flag turns on) found it served or not.
     fn api_served(&self, _api: OptionalApi, _served: bool) {}
+    /// The watches of `resource` read `format` (`protobuf` or `json`) from now on.
+    fn wire_format(&self, _resource: &'static str, _format: &'static str) {}
 }
 
 impl WatchObserver for () {}
@@ -60,7 +62,7 @@ pub struct WatchContext {
     pub(super) ownership: Arc<Ownership>,
     pub(super) pool: DigestPool,
     pub(super) settings: Arc<Settings>,
-    pub(super) observer: Box<dyn WatchObserver>,
+    pub(super) observer: Arc<dyn WatchObserver>,
     pub(super) ready: AtomicBool,
     /// Workload kinds found by LIST, not watched (RBAC or `--list-workloads`).
     pub(super) listed: ListedKinds,
@@ -70,6 +72,8 @@ pub struct WatchContext {
     pub(super) served: ServedApis,
     /// Rollouts whose pod template is a Deployment's, and those Deployments.
     pub(super) workload_refs: WorkloadRefs,
+    /// The format each watched resource is read in.
+    pub(super) wire_formats: WireFormats,
 }
 
 impl WatchContext {
@@ -88,18 +92,24 @@ impl WatchContext {
             engine,
             pool,
             settings,
-            observer: Box::new(observer),
+            observer: Arc::new(observer),
             ready: AtomicBool::new(false),
             listed,
             ignored_types: Default::default(),
             served: Default::default(),
             workload_refs: Default::default(),
+            wire_formats: Default::default(),
         })
     }
 
     /// Used Secrets known to be of an ignored type, as the ignored-type check finds them.
     pub fn ignored_secret_types(&self) -> IgnoredSecretTypes {
         self.ignored_types.clone()
+    }
+
+    /// The format each watched resource is read in (for `/debug/explain`).
+    pub fn wire_formats(&self) -> WireFormats {
+        self.wire_formats.clone()
     }
 
     /// Which optional APIs the cluster serves, as last checked (for `/debug/explain`).

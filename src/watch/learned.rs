@@ -2,7 +2,8 @@
 //! learns it so that [`super::context::WatchContext`] holds it without importing that code:
 //! the workload kinds found by LIST (`listed.rs`), the optional APIs served (`served.rs`),
 //! Rollouts whose template is a Deployment's (`workload_refs.rs`) and Secrets of an ignored type
-//! (`ignored_secrets.rs`). `/debug/explain` reads the last two.
+//! (`ignored_secrets.rs`) and the wire format of each watch (`protobuf_watch.rs`).
+//! `/debug/explain` reads the last three.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -70,6 +71,25 @@ impl ServedApis {
     /// Records a check; true when it changed what was known.
     pub(super) fn record(&self, api: OptionalApi, served: bool) -> bool {
         self.known.lock().unwrap().insert(api, served) != Some(served)
+    }
+}
+
+/// The format each watched resource is read in, as the watches settled it (`--wire-format`
+/// and what the server answered); read by `/debug/explain`.
+#[derive(Clone, Default)]
+pub struct WireFormats {
+    known: Arc<Mutex<BTreeMap<&'static str, &'static str>>>,
+}
+
+impl WireFormats {
+    /// (resource, format) for every watched resource.
+    pub fn snapshot(&self) -> Vec<(&'static str, &'static str)> {
+        let known = self.known.lock().unwrap();
+        known.iter().map(|(r, f)| (*r, *f)).collect()
+    }
+
+    pub(super) fn record(&self, resource: &'static str, format: &'static str) {
+        self.known.lock().unwrap().insert(resource, format);
     }
 }
 

@@ -16,6 +16,7 @@ mod learned;
 mod list_strategy;
 mod listed;
 mod namespaces;
+mod protobuf_watch;
 pub mod served;
 mod workload_refs;
 mod workloads;
@@ -34,7 +35,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use context::{SyncGate, scoped_apis};
 pub use context::{WatchContext, WatchError, WatchObserver};
-pub use learned::{IgnoredSecretTypes, ServedApis};
+pub use learned::{IgnoredSecretTypes, ServedApis, WireFormats};
 
 impl WatchContext {
     /// Runs every watch until one of them ends for good (which is a bug: the caller exits).

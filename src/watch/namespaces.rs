@@ -19,12 +19,15 @@ use crate::shard::ListMark;
 
 use super::context::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 use super::driver::{IndexVerbs, drive};
+use super::protobuf_watch::Decode;
+use crate::protobuf::FromProtobuf;
 
 pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {
     let selector = ctx.settings.namespace_selector.clone().unwrap_or_default();
     let api: Api<Namespace> = Api::all(ctx.client.clone());
     let config = watcher::Config::default().labels(&selector);
-    let stream = watch_streams(vec![api], config);
+    let decode: Decode<Namespace> = Arc::new(Namespace::from_protobuf);
+    let stream = ctx.wire_streams("namespace", vec![api], config, Some(decode));
     let mut verbs = SelectionVerbs { ctx: ctx.clone() };
     drive(stream, vec![None], &mut verbs, &gate).await;
     Err(WatchError::Ended("namespace".into()))

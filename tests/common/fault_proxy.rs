@@ -171,11 +171,16 @@ impl Hooks for Faults {
         self.stale_answer(call)
     }
 
-    fn response(&self, call: &Call, _head: &response::Parts, body: Body) -> Body {
+    fn response(&self, call: &Call, head: &response::Parts, body: Body) -> Body {
         if call.verb != "watch" {
             return body;
         }
-        faultable_watch(body, call.resource.clone(), self.watches.subscribe())
+        let content_type = head.headers.get(header::CONTENT_TYPE);
+        let protobuf = content_type
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("protobuf"));
+        let framing = if protobuf { Framing::Frames } else { Framing::Lines };
+        faultable_watch(body, call.resource.clone(), self.watches.subscribe(), framing)
     }
 }
 
@@ -264,12 +269,72 @@ const EXPIRED_EVENT: &str = concat!(
     "\n"
 );
 
-/// A watch response body that forwards whole event lines while its resource's watches flow,
-/// holds them while frozen, and ends with [`EXPIRED_EVENT`] once expired.
+/// The same error event as a protobuf watch frame: a 4-byte length, then a `WatchEvent` whose
+/// object is the `Status` in its envelope (`k8s\0` and a `runtime.Unknown`).
+fn expired_frame() -> Vec<u8> {
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_pb::apimachinery::pkg::runtime as rt;
+    use prost::Message;
+    let status = meta::Status {
+        status: Some("Failure".into()),
+        message: Some("too old resource version (injected by the test's fault proxy)".into()),
+        reason: Some("Expired".into()),
+        code: Some(410),
+        ..Default::default()
+    };
+    let unknown = rt::Unknown {
+        type_meta: Some(rt::TypeMeta {
+            api_version: Some("v1".into()),
+            kind: Some("Status".into()),
+        }),
+        raw: Some(status.encode_to_vec()),
+        ..Default::default()
+    };
+    let event = meta::WatchEvent {
+        r#type: Some("ERROR".into()),
+        object: Some(rt::RawExtension {
+            raw: Some([b"k8s\0".to_vec(), unknown.encode_to_vec()].concat()),
+        }),
+    };
+    let event = event.encode_to_vec();
+    [(event.len() as u32).to_be_bytes().to_vec(), event].concat()
+}
+
+/// How a watch body's events are delimited: JSON lines, or protobuf's length-prefixed frames.
+#[derive(Clone, Copy)]
+enum Framing {
+    Lines,
+    Frames,
+}
+
+impl Framing {
+    /// Where the first whole event in `pending` ends, if one is there.
+    fn event_end(self, pending: &[u8]) -> Option<usize> {
+        match self {
+            Framing::Lines => pending.iter().position(|b| *b == b'\n').map(|i| i + 1),
+            Framing::Frames => {
+                let length: [u8; 4] = pending.get(..4)?.try_into().ok()?;
+                let end = 4 + u32::from_be_bytes(length) as usize;
+                (pending.len() >= end).then_some(end)
+            }
+        }
+    }
+
+    fn expired_event(self) -> Vec<u8> {
+        match self {
+            Framing::Lines => EXPIRED_EVENT.as_bytes().to_vec(),
+            Framing::Frames => expired_frame(),
+        }
+    }
+}
+
+/// A watch response body that forwards whole events while its resource's watches flow, holds
+/// them while frozen, and ends with [`EXPIRED_EVENT`] (or its protobuf frame) once expired.
 fn faultable_watch(
     body: Body,
     resource: String,
     faults: tokio::sync::watch::Receiver<WatchFault>,
+    framing: Framing,
 ) -> Body {
     use futures::StreamExt;
     let watch = WatchBody {
@@ -277,6 +342,7 @@ fn faultable_watch(
         pending: Vec::new(),
         faults,
         resource,
+        framing,
         frozen: false,
         ended: false,
     };
@@ -296,24 +362,25 @@ fn faultable_watch(
 
 struct WatchBody {
     inner: axum::body::BodyDataStream,
-    /// Bytes of an event line not complete yet.
+    /// Bytes of an event not complete yet.
     pending: Vec<u8>,
     faults: tokio::sync::watch::Receiver<WatchFault>,
     resource: String,
+    framing: Framing,
     /// Held back at some point: only such a watch expires (those opened later flow).
     frozen: bool,
     ended: bool,
 }
 
 impl WatchBody {
-    /// The next whole event line, and whether it is the last; `None` when the server ended.
+    /// The next whole event, and whether it is the last; `None` when the server ended.
     async fn next_line(&mut self) -> Option<(Vec<u8>, bool)> {
         use futures::StreamExt;
         loop {
             let fault = *self.faults.borrow_and_update();
             match fault {
                 WatchFault::Expired(r) if r == self.resource && self.frozen => {
-                    return Some((EXPIRED_EVENT.as_bytes().to_vec(), true));
+                    return Some((self.framing.expired_event(), true));
                 }
                 WatchFault::Frozen(r) if r == self.resource => {
                     self.frozen = true;
@@ -322,8 +389,8 @@ impl WatchBody {
                 }
                 _ => {}
             }
-            if let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-                return Some((self.pending.drain(..=end).collect(), false));
+            if let Some(end) = self.framing.event_end(&self.pending) {
+                return Some((self.pending.drain(..end).collect(), false));
             }
             tokio::select! {
                 chunk = self.inner.next() => self.pending.extend_from_slice(&chunk?.ok()?),

@@ -222,7 +222,9 @@ where
         let fut = self.inner.call(req);
         Box::pin(async move {
             let response = fut.await?;
-            Ok(response.map(|body| EndOnChange::new(body, watch_until_changed)))
+            let content_type = response.headers().get(http::header::CONTENT_TYPE);
+            let framing = Framing::of(content_type.and_then(|v| v.to_str().ok()));
+            Ok(response.map(|body| EndOnChange::new(body, watch_until_changed, framing)))
         })
     }
 }
@@ -242,33 +244,116 @@ fn until_changed(
 }
 
 /// A response body that, for a watch, ends at the first event boundary after the selector it was
-/// opened with changed. Watch events are newline-delimited JSON, so a boundary is a `\n`.
+/// opened with changed: JSON watch events are newline-delimited, protobuf ones are frames of a
+/// 4-byte length and that many bytes ([`Framing`]).
 pub struct EndOnChange<B> {
     inner: Pin<Box<B>>,
     /// `None`: not a sharded watch, passed through untouched.
     changed: Option<Changed>,
     selector_changed: bool,
-    /// The last byte passed on was a `\n` (or nothing was passed on yet).
-    at_boundary: bool,
+    /// Where the bytes passed on so far stand in the stream's events.
+    framing: Framing,
     ended: bool,
 }
 
 impl<B> EndOnChange<B> {
-    fn new(inner: B, changed: Option<Changed>) -> Self {
+    fn new(inner: B, changed: Option<Changed>, framing: Framing) -> Self {
         Self {
             inner: Box::pin(inner),
             changed,
             selector_changed: false,
-            at_boundary: true,
+            framing,
             ended: false,
         }
     }
 }
 
-/// Where to cut a chunk once the selector has changed: after its first `\n` (the rest is part of
-/// an event the next watch sends again), `None` if it holds no boundary.
-pub fn cut_after_boundary(chunk: &[u8]) -> Option<usize> {
-    chunk.iter().position(|b| *b == b'\n').map(|i| i + 1)
+/// How a watch body's events are delimited, and where the bytes seen so far stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// JSON: one event per line; `true` when the last byte seen was a `\n` (or none was seen).
+    Lines(bool),
+    /// Protobuf: `header` holds the first `header_read` bytes of the next frame's length, then
+    /// `body_left` bytes of its event follow.
+    LengthPrefixed {
+        header: [u8; 4],
+        header_read: usize,
+        body_left: usize,
+    },
+}
+
+impl Framing {
+    /// The framing of a response with this content type, at its start.
+    pub fn of(content_type: Option<&str>) -> Self {
+        match content_type.is_some_and(|t| t.contains("protobuf")) {
+            true => Framing::LengthPrefixed {
+                header: [0; 4],
+                header_read: 0,
+                body_left: 0,
+            },
+            false => Framing::Lines(true),
+        }
+    }
+
+    /// Between two events.
+    pub fn at_boundary(&self) -> bool {
+        match self {
+            Framing::Lines(at) => *at,
+            Framing::LengthPrefixed {
+                header_read,
+                body_left,
+                ..
+            } => *header_read == 0 && *body_left == 0,
+        }
+    }
+
+    /// Takes in `chunk`; returns the offset just after the first event that ends inside it.
+    pub fn advance(&mut self, chunk: &[u8]) -> Option<usize> {
+        let mut first_end = None;
+        let mut at = 0;
+        while at < chunk.len() {
+            let taken = self.take(&chunk[at..]);
+            at += taken;
+            if self.at_boundary() && first_end.is_none() {
+                first_end = Some(at);
+            }
+            if taken == 0 {
+                break;
+            }
+        }
+        first_end
+    }
+
+    /// Takes in what it can of `bytes` up to the end of the current event (or length).
+    fn take(&mut self, bytes: &[u8]) -> usize {
+        match self {
+            Framing::Lines(at) => {
+                let end = bytes.iter().position(|b| *b == b'\n');
+                *at = end.is_some();
+                end.map_or(bytes.len(), |i| i + 1)
+            }
+            Framing::LengthPrefixed {
+                header,
+                header_read,
+                body_left,
+            } => {
+                if *body_left > 0 {
+                    let n = (*body_left).min(bytes.len());
+                    *body_left -= n;
+                    return n;
+                }
+                let n = (4 - *header_read).min(bytes.len());
+                header[*header_read..*header_read + n].copy_from_slice(&bytes[..n]);
+                *header_read += n;
+                if *header_read == 4 {
+                    *header_read = 0;
+                    *body_left = u32::from_be_bytes(*header) as usize;
+                    // An empty frame ends where its length does; otherwise mid-event.
+                }
+                n
+            }
+        }
+    }
 }
 
 impl<B: Body<Data = Bytes>> Body for EndOnChange<B> {
@@ -289,7 +374,7 @@ impl<B: Body<Data = Bytes>> Body for EndOnChange<B> {
         {
             this.selector_changed = true;
         }
-        if this.selector_changed && this.at_boundary {
+        if this.selector_changed && this.framing.at_boundary() {
             this.ended = true;
             tracing::debug!("the shard selector changed: the watch ends, to re-open with it");
             return Poll::Ready(None);
@@ -301,15 +386,13 @@ impl<B: Body<Data = Bytes>> Body for EndOnChange<B> {
         let Some(data) = frame.data_ref() else {
             return Poll::Ready(Some(Ok(frame)));
         };
+        let first_end = this.framing.advance(data);
         if this.selector_changed
-            && let Some(cut) = cut_after_boundary(data)
+            && let Some(cut) = first_end
         {
             this.ended = true;
             tracing::debug!("the shard selector changed: the watch ends, to re-open with it");
             return Poll::Ready(Some(Ok(Frame::data(data.slice(..cut)))));
-        }
-        if let Some(last) = data.last() {
-            this.at_boundary = *last == b'\n';
         }
         Poll::Ready(Some(Ok(frame)))
     }

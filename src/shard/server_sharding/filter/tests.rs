@@ -76,10 +76,42 @@ fn the_selector_is_appended_encoded_and_never_twice() {
 }
 
 #[test]
-fn a_chunk_is_cut_after_its_first_event_boundary() {
-    assert_eq!(cut_after_boundary(b"}\n{\"type\""), Some(2));
-    assert_eq!(cut_after_boundary(b"\n"), Some(1));
-    assert_eq!(cut_after_boundary(b"{\"type\":\"ADDED\""), None);
+fn a_json_chunk_is_cut_after_its_first_event_boundary() {
+    let cut = |chunk: &[u8]| Framing::Lines(false).advance(chunk);
+    assert_eq!(cut(b"}\n{\"type\""), Some(2));
+    assert_eq!(cut(b"\n"), Some(1));
+    assert_eq!(cut(b"{\"type\":\"ADDED\""), None);
+}
+
+/// A protobuf frame: its length (4 bytes, big-endian) and `len` bytes of event.
+fn frame(len: u8) -> Vec<u8> {
+    let mut frame = vec![0, 0, 0, len];
+    frame.extend(std::iter::repeat_n(b'\n', len as usize));
+    frame
+}
+
+#[test]
+fn a_protobuf_chunk_is_cut_after_its_first_whole_frame_wherever_the_chunks_split() {
+    let start = Framing::of(Some("application/vnd.kubernetes.protobuf;stream=watch"));
+    assert!(start.at_boundary());
+    // Newlines inside an event are bytes like any other: only lengths delimit.
+    let stream: Vec<u8> = [frame(3), frame(0), frame(5)].concat();
+    assert_eq!(start.clone().advance(&stream), Some(7));
+    // Split at every offset: the first boundary is where the first frame ends, counted in
+    // the chunk it ends in, and the state after both halves is between frames.
+    for split in 1..stream.len() {
+        let mut framing = start;
+        let first = framing.advance(&stream[..split]);
+        let second = framing.advance(&stream[split..]);
+        match split {
+            ..7 => assert_eq!((first, second), (None, Some(7 - split)), "split at {split}"),
+            _ => assert_eq!(first, Some(7), "split at {split}"),
+        }
+        assert!(framing.at_boundary(), "split at {split}");
+    }
+    let mut framing = start;
+    assert_eq!(framing.advance(&[0, 0]), None);
+    assert!(!framing.at_boundary(), "half a length is mid-frame");
 }
 
 /// A response body fed chunk by chunk by the test.
@@ -187,6 +219,31 @@ async fn a_watch_ends_at_the_first_boundary_after_the_selector_changed() {
         next_chunk(&mut body).await.unwrap(),
         &b":2}\n"[..],
         "the event in progress is finished, the next one is left to the new watch"
+    );
+    assert!(next_chunk(&mut body).await.is_none());
+}
+
+#[tokio::test]
+async fn a_protobuf_watch_ends_after_the_frame_in_progress() {
+    let mut s = setup();
+    s.feed.publish(Some("A".into()));
+    let response = s
+        .service
+        .call(request("/api/v1/configmaps?watch=true"))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    // The test server sets no content type: the body is read as JSON unless told.
+    body.framing = Framing::of(Some("application/vnd.kubernetes.protobuf;stream=watch"));
+    let stream: Vec<u8> = [frame(4), frame(2)].concat();
+    s.chunks.send(Bytes::copy_from_slice(&stream[..6])).unwrap();
+    assert_eq!(next_chunk(&mut body).await.unwrap(), &stream[..6]);
+    assert!(s.feed.publish(Some("B".into())));
+    s.chunks.send(Bytes::copy_from_slice(&stream[6..])).unwrap();
+    assert_eq!(
+        next_chunk(&mut body).await.unwrap(),
+        &stream[6..8],
+        "the frame in progress is finished (its newlines are not boundaries)"
     );
     assert!(next_chunk(&mut body).await.is_none());
 }
