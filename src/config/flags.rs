@@ -325,7 +325,12 @@ pub struct Flags {
     /// The format the watches read: `auto` asks for protobuf for built-in kinds and reads JSON
     /// where the server does not serve it (custom resources always, a 406 or 415 otherwise);
     /// `protobuf` insists (a refusal is an error, retried); `json` never asks for protobuf.
-    #[arg(long, value_enum, default_value = "auto", env = "KUBE_RELOADER_WIRE_FORMAT")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        env = "KUBE_RELOADER_WIRE_FORMAT"
+    )]
     pub wire_format: super::WireFormat,
 
     /// Key-precise values (not Reloader's): `off` rolls a workload on any change of a config it

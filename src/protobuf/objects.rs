@@ -36,8 +36,7 @@ impl FromProtobuf for ConfigMap {
         Ok(ConfigMap {
             metadata: cm.metadata.unwrap_or_default().into(),
             data: (!cm.data.is_empty()).then_some(cm.data),
-            binary_data: (!cm.binary_data.is_empty())
-                .then(|| bytes_map(cm.binary_data)),
+            binary_data: (!cm.binary_data.is_empty()).then(|| bytes_map(cm.binary_data)),
             immutable: None,
         })
     }
@@ -172,7 +171,11 @@ pub fn workload(kind: WorkloadKind, object: Bytes) -> Result<WorkloadObject, Dec
     }?;
     let (meta, template, paused) = parts;
     let metadata = meta.unwrap_or_default().into();
-    Ok(WorkloadObject::decoded(metadata, template.map(pod_template), paused))
+    Ok(WorkloadObject::decoded(
+        metadata,
+        template.map(pod_template),
+        paused,
+    ))
 }
 
 /// Whether the API server serves `kind` in protobuf (built-in kinds; custom resources never).

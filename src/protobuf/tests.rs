@@ -18,7 +18,10 @@ use crate::model::WorkloadKind;
 use crate::reloader_format::hash::digest_payload;
 
 fn fixture(name: &str) -> Bytes {
-    let path = format!("{}/benches/fixtures/wire/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/benches/fixtures/wire/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
 }
 
@@ -43,7 +46,10 @@ fn entries_agree(name: &str) -> String {
 #[test]
 fn a_deployment_gives_the_same_index_entry_in_both_formats() {
     let entry = entries_agree("deployment");
-    assert!(entry.contains("cm-1005") && entry.contains("sec-1005"), "{entry}");
+    assert!(
+        entry.contains("cm-1005") && entry.contains("sec-1005"),
+        "{entry}"
+    );
 }
 
 /// Every way a template uses a config: env keys, envFrom, mounted volumes with and without
@@ -56,11 +62,20 @@ fn every_kind_of_reference_reads_the_same_in_both_formats() {
         "cm-key", "sec-key", "cm-env", "sec-env", "cm-vol", "sec-vol", "cm-proj", "sec-proj",
         "vault", "cm-sub", "sec-init", "cm-extra",
     ] {
-        assert!(entry.contains(&format!("\"{name}\"")), "{name} missing: {entry}");
+        assert!(
+            entry.contains(&format!("\"{name}\"")),
+            "{name} missing: {entry}"
+        );
     }
     assert!(entry.contains("0123abcd"), "the recorded hash: {entry}");
-    assert!(entry.contains("paused: true") && entry.contains("canary: true"), "{entry}");
-    assert!(!entry.contains("sec-unmounted"), "an unmounted volume is no use: {entry}");
+    assert!(
+        entry.contains("paused: true") && entry.contains("canary: true"),
+        "{entry}"
+    );
+    assert!(
+        !entry.contains("sec-unmounted"),
+        "an unmounted volume is no use: {entry}"
+    );
 }
 
 #[test]
@@ -74,12 +89,18 @@ fn configs_give_the_same_object_and_digest_in_both_formats() {
     };
     assert_eq!(cm_pb.metadata, without_managed(cm_json.metadata.clone()));
     assert!(cm_pb.meta().managed_fields.is_none());
-    assert_eq!(digest_payload(cm_pb.into_payload()), digest_payload(cm_json.into_payload()));
+    assert_eq!(
+        digest_payload(cm_pb.into_payload()),
+        digest_payload(cm_json.into_payload())
+    );
 
     let secret_json: Secret = serde_json::from_slice(&fixture("secret.json")).unwrap();
     let secret_pb = Secret::from_protobuf(object("secret.pb")).unwrap();
     assert_eq!(secret_pb.type_, secret_json.type_);
-    assert_eq!(secret_pb.metadata, without_managed(secret_json.metadata.clone()));
+    assert_eq!(
+        secret_pb.metadata,
+        without_managed(secret_json.metadata.clone())
+    );
     assert_eq!(
         digest_payload(secret_pb.into_payload()),
         digest_payload(secret_json.into_payload())
@@ -125,7 +146,10 @@ fn a_list_page_keeps_its_items_as_bytes_with_its_version_and_continue_token() {
     let last = k8s_pb::api::core::v1::ConfigMapList::default();
     let page = list_page(Bytes::from(envelope_of(last.encode_to_vec()))).unwrap();
     assert_eq!((page.resource_version, page.continue_token), (None, None));
-    assert!(matches!(list_page(Bytes::from_static(b"{}")), Err(DecodeError::NoEnvelope)));
+    assert!(matches!(
+        list_page(Bytes::from_static(b"{}")),
+        Err(DecodeError::NoEnvelope)
+    ));
 }
 
 /// The frames of a captured watch: a 4-byte big-endian length, then that many bytes.

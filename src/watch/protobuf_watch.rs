@@ -139,13 +139,19 @@ async fn step<T: Resource>(
             if continue_token.is_none()
                 && let Some(resource_version) = resource_version
             {
-                return (Some(Ok(Event::InitDone)), State::Listed { resource_version });
+                return (
+                    Some(Ok(Event::InitDone)),
+                    State::Listed { resource_version },
+                );
             }
             next_page(api, config, continue_token).await
         }
         State::InitialWatch { frames } => initial_watch(api, config, frames).await,
         State::Listed { resource_version } => {
-            match api.watch(&watch_params(config, false), &resource_version).await {
+            match api
+                .watch(&watch_params(config, false), &resource_version)
+                .await
+            {
                 Ok(frames) => (
                     None,
                     State::Watching {
@@ -193,7 +199,10 @@ async fn next_page<T: Resource>(
                 resource_version: page.resource_version,
             },
         ),
-        Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+        Err(e) => (
+            Some(Err(watcher::Error::InitialListFailed(e))),
+            State::Empty,
+        ),
     }
 }
 
@@ -325,7 +334,10 @@ async fn next_frame<S: Stream + Unpin>(frames: &mut S, timeout: Option<u32>) -> 
         return frames.next().await;
     }
     let idle = Duration::from_secs(u64::from(timeout.unwrap_or(290))) + IDLE_MARGIN;
-    tokio::time::timeout(idle, frames.next()).await.ok().flatten()
+    tokio::time::timeout(idle, frames.next())
+        .await
+        .ok()
+        .flatten()
 }
 
 fn watch_status(object: Bytes) -> Status {
@@ -380,7 +392,10 @@ impl<T> ProtobufApi<T> {
     }
 
     async fn list(&self, params: &ListParams) -> Result<protobuf::ListPage, kube::Error> {
-        let request = self.request.list(params).map_err(kube::Error::BuildRequest)?;
+        let request = self
+            .request
+            .list(params)
+            .map_err(kube::Error::BuildRequest)?;
         let body = self.send(request).await?.collect_bytes().await?;
         protobuf::list_page(body).map_err(|e| kube::Error::Service(Box::new(e)))
     }
@@ -410,7 +425,10 @@ impl<T> ProtobufApi<T> {
 
     /// Sends a request asking for protobuf; an error status becomes `kube::Error::Api`, and
     /// an answer in another format a 406 (what the fallback looks for).
-    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<kube::client::Body, kube::Error> {
+    async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<kube::client::Body, kube::Error> {
         let (mut parts, body) = request.into_parts();
         parts
             .headers
@@ -427,12 +445,18 @@ impl<T> ProtobufApi<T> {
             return Ok(response.into_body());
         }
         if status.is_success() {
-            debug!(url = self.request.url_path, "answered in another format than protobuf");
-            let status = Status::failure("the API server answered in another format", "NotAcceptable");
+            debug!(
+                url = self.request.url_path,
+                "answered in another format than protobuf"
+            );
+            let status =
+                Status::failure("the API server answered in another format", "NotAcceptable");
             return Err(kube::Error::Api(status.with_code(406).boxed()));
         }
         let body = response.into_body().collect_bytes().await?;
-        Err(kube::Error::Api(error_status(status, is_protobuf, body).boxed()))
+        Err(kube::Error::Api(
+            error_status(status, is_protobuf, body).boxed(),
+        ))
     }
 }
 
@@ -442,12 +466,13 @@ fn error_status(code: http::StatusCode, is_protobuf: bool, body: Bytes) -> Statu
         true => protobuf::status_body(body.clone()).ok(),
         false => serde_json::from_slice::<Status>(&body).ok(),
     };
-    decoded.unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(&body);
-        let reason = code.canonical_reason().unwrap_or_default();
-        Status::failure(text.trim(), reason)
-    })
-    .with_code(code.as_u16())
+    decoded
+        .unwrap_or_else(|| {
+            let text = String::from_utf8_lossy(&body);
+            let reason = code.canonical_reason().unwrap_or_default();
+            Status::failure(text.trim(), reason)
+        })
+        .with_code(code.as_u16())
 }
 
 /// True for the error of a server that does not serve protobuf for this resource.
@@ -534,7 +559,8 @@ impl WatchContext {
                     let protobuf = protobuf_watcher(protobuf_api, config.clone());
                     match format {
                         WireFormat::Auto => {
-                            let (formats, observer) = (self.wire_formats.clone(), self.observer.clone());
+                            let (formats, observer) =
+                                (self.wire_formats.clone(), self.observer.clone());
                             let json_config = config.clone();
                             let json = move || watcher(api, json_config);
                             let switched = move || {

@@ -55,6 +55,13 @@ struct Faults {
     /// and Fairness answers a flow over its share.
     throttled: Mutex<Option<Throttle>>,
     throttled_count: AtomicU64,
+    /// Requests of this resource asking for protobuf answered 406, as a server (or a proxy in
+    /// front of it) that serves only JSON.
+    refuse_protobuf: Mutex<Option<&'static str>>,
+    /// (resource, asked for protobuf) of every list and watch of a collection seen (not those of
+    /// one object by name, such as the halts ConfigMap's, nor the streaming-list probe, which
+    /// selects nothing).
+    formats_asked: Mutex<std::collections::BTreeSet<(String, bool)>>,
 }
 
 /// Writes (PATCH) of one resource in some namespaces answered 429 with `Retry-After`.
@@ -81,6 +88,8 @@ impl FaultProxy {
             stale: Mutex::new(None),
             throttled: Mutex::new(None),
             throttled_count: AtomicU64::new(0),
+            refuse_protobuf: Mutex::new(None),
+            formats_asked: Default::default(),
         });
         let proxy = ApiProxy::start("fault-proxy", super::client().await, faults.clone())
             .await
@@ -142,6 +151,16 @@ impl FaultProxy {
         *self.faults.throttled.lock().unwrap() = Some(throttle);
     }
 
+    /// Requests of `resource` (e.g. "configmaps") asking for protobuf get 406 from now on.
+    pub fn refuse_protobuf(&self, resource: &'static str) {
+        *self.faults.refuse_protobuf.lock().unwrap() = Some(resource);
+    }
+
+    /// (resource, asked for protobuf) of every list and watch of a collection the proxy has seen.
+    pub fn formats_asked(&self) -> std::collections::BTreeSet<(String, bool)> {
+        self.faults.formats_asked.lock().unwrap().clone()
+    }
+
     /// How many requests the throttle has answered 429 so far.
     pub fn throttled(&self) -> u64 {
         self.faults.throttled_count.load(Ordering::Relaxed)
@@ -161,8 +180,21 @@ impl Drop for FaultProxy {
 
 impl Hooks for Faults {
     fn request(&self, call: &Call) -> Option<Response> {
+        let query = call.query.as_deref().unwrap_or_default();
+        let one_object = query.contains("metadata.name") || query.contains("streaming-list-probe");
+        if matches!(call.verb.as_str(), "list" | "watch") && !one_object {
+            let protobuf = call
+                .accept
+                .as_deref()
+                .is_some_and(|a| a.contains("protobuf"));
+            let asked = (call.resource.clone(), protobuf);
+            self.formats_asked.lock().unwrap().insert(asked);
+        }
         if self.refuses_streaming(call) || self.should_fail(call) {
             return Some(injected_failure());
+        }
+        if self.refuses_protobuf(call) {
+            return Some(not_acceptable());
         }
         if let Some(retry_after_s) = self.throttles(call) {
             self.throttled_count.fetch_add(1, Ordering::Relaxed);
@@ -179,12 +211,31 @@ impl Hooks for Faults {
         let protobuf = content_type
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("protobuf"));
-        let framing = if protobuf { Framing::Frames } else { Framing::Lines };
-        faultable_watch(body, call.resource.clone(), self.watches.subscribe(), framing)
+        let framing = if protobuf {
+            Framing::Frames
+        } else {
+            Framing::Lines
+        };
+        faultable_watch(
+            body,
+            call.resource.clone(),
+            self.watches.subscribe(),
+            framing,
+        )
     }
 }
 
 impl Faults {
+    /// A request for `resource` asking for protobuf, while protobuf is refused for it.
+    fn refuses_protobuf(&self, call: &Call) -> bool {
+        let refused = self.refuse_protobuf.lock().unwrap();
+        let asks = call
+            .accept
+            .as_deref()
+            .is_some_and(|a| a.contains("protobuf"));
+        asks && refused.as_deref() == Some(call.resource.as_str())
+    }
+
     fn refuses_streaming(&self, call: &Call) -> bool {
         let query = call.query.as_deref().unwrap_or_default();
         self.refuse_streaming.load(Ordering::Relaxed)
@@ -234,6 +285,17 @@ impl Faults {
         self.failed.fetch_add(1, Ordering::Relaxed);
         true
     }
+}
+
+/// What an API server (or a proxy in front of it) answers for a format it does not serve.
+fn not_acceptable() -> Response {
+    let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"only application/json is served (injected by the test's fault proxy)","reason":"NotAcceptable","code":406}"#;
+    (
+        StatusCode::NOT_ACCEPTABLE,
+        [(header::CONTENT_TYPE, "application/json")],
+        status,
+    )
+        .into_response()
 }
 
 fn injected_failure() -> Response {

@@ -13,6 +13,8 @@ pub struct Call {
     /// The namespace of a namespaced request (`/namespaces/<ns>/<resource>...`).
     pub namespace: Option<String>,
     pub query: Option<String>,
+    /// The `Accept` header: which format the client asked for (JSON or protobuf).
+    pub accept: Option<String>,
 }
 
 /// The verb and resource of a request.
@@ -23,6 +25,7 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Call {
         resource,
         namespace: namespace_of(path),
         query: query.map(str::to_string),
+        accept: None,
     }
 }
 

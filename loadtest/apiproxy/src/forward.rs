@@ -35,7 +35,9 @@ pub(crate) fn router(
 
 async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let call = classify(&parts.method, parts.uri.path(), parts.uri.query());
+    let mut call = classify(&parts.method, parts.uri.path(), parts.uri.query());
+    let accept = parts.headers.get(axum::http::header::ACCEPT);
+    call.accept = accept.and_then(|v| v.to_str().ok()).map(str::to_string);
     if let Some(answer) = up.hooks.request(&call) {
         return answer;
     }

@@ -298,6 +298,7 @@ mod tests {
             resource: resource.into(),
             namespace: Some("ns".into()),
             query: query.map(str::to_string),
+            accept: None,
         }
     }
 
