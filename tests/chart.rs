@@ -877,7 +877,7 @@ fn every_reloader_value_renders_reloaders_flag() {
         (
             json!({"rateLimit": {"maxPatchesPerSecond": 10, "patchBurst": 20,
                 "minReloadInterval": "1m30s", "maxPatchesPerSecondPerTenant": 2,
-                "maxRetryBackoff": "1m"}, "digestWorkers": 3, "tenantLabel": "team",
+                "maxRetryBackoff": "1m"}, "digestWorkers": 3, "tenantLabel": "team", "wireFormat": "json",
                 "preciseKeys": "annotated", "churnBreaker": {"limit": 3, "window": "10m", "quiet": "1m"},
                 "waves": {"policy": "threshold=20,canary=5%", "pollInterval": "5s"}}),
             &[
@@ -894,6 +894,7 @@ fn every_reloader_value_renders_reloaders_flag() {
                 "--max-retry-backoff=1m",
                 "--tenant-label=team",
                 "--digest-workers=3",
+                "--wire-format=json",
             ],
         ),
     ];

@@ -331,7 +331,7 @@ pub struct Flags {
         default_value = "auto",
         env = "KUBE_RELOADER_WIRE_FORMAT"
     )]
-    pub wire_format: super::WireFormat,
+    pub wire_format: WireFormat,
 
     /// Key-precise values (not Reloader's): `off` rolls a workload on any change of a config it
     /// uses, as Reloader; `annotated` makes workloads annotated `kube-reloader.io/precise-keys:
@@ -479,4 +479,17 @@ impl Environment {
     pub fn counts_by_namespace(&self) -> bool {
         self.metrics_count_by_namespace.as_deref() == Some("enabled")
     }
+}
+
+/// The wire format of lists and watches (`--wire-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WireFormat {
+    /// Protobuf where the API server serves it, JSON elsewhere.
+    #[default]
+    Auto,
+    /// Protobuf for every built-in kind; a server that refuses it is an error.
+    Protobuf,
+    /// JSON only.
+    Json,
 }

@@ -6,7 +6,7 @@ mod selector;
 pub mod shard;
 
 pub use annotations::AnnotationKeys;
-pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Environment, Flags, PreciseKeys};
+pub use flags::{DEFAULT_IGNORED_SECRET_TYPES, Environment, Flags, PreciseKeys, WireFormat};
 pub use selector::reloader_selector_to_label_selector;
 
 use std::time::Duration;
@@ -25,19 +25,6 @@ fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
         flag,
         message: message.into(),
     }
-}
-
-/// The wire format of lists and watches (`--wire-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WireFormat {
-    /// Protobuf where the API server serves it, JSON elsewhere.
-    #[default]
-    Auto,
-    /// Protobuf for every built-in kind; a server that refuses it is an error.
-    Protobuf,
-    /// JSON only.
-    Json,
 }
 
 /// How a reload is written into the pod template.

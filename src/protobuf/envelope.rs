@@ -7,7 +7,7 @@ use bytes::Bytes;
 use kube::core::Status;
 use prost::Message;
 
-use super::DecodeError;
+use super::error::DecodeError;
 
 /// The four bytes kube-apiserver puts before a protobuf `runtime.Unknown`.
 const MAGIC: &[u8; 4] = b"k8s\0";
@@ -21,7 +21,7 @@ struct Unknown {
 }
 
 /// The object inside an envelope.
-pub(super) fn unwrap(mut wire: Bytes) -> Result<Bytes, DecodeError> {
+pub fn unwrap(mut wire: Bytes) -> Result<Bytes, DecodeError> {
     if !wire.starts_with(MAGIC) {
         return Err(DecodeError::NoEnvelope);
     }

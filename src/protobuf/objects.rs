@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_pb::api::core::v1 as pb;
 use prost::Message;
 
-use super::DecodeError;
+use super::error::DecodeError;
 use super::meta::Meta;
 use super::template::pod_template;
 use crate::index::WorkloadObject;

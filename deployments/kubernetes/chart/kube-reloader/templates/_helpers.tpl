@@ -377,6 +377,7 @@ alias of a Lease timing, so with sharding on it replaces sharding's flag for tha
 {{- with $r.maxRetryBackoff }}{{ $a = append $a (printf "--max-retry-backoff=%s" .) }}{{ end -}}
 {{- with $v.tenantLabel }}{{ $a = append $a (printf "--tenant-label=%s" .) }}{{ end -}}
 {{- with $v.digestWorkers }}{{ $a = append $a (printf "--digest-workers=%v" (. | int)) }}{{ end -}}
+{{- if and $v.wireFormat (ne $v.wireFormat "auto") }}{{ $a = append $a (printf "--wire-format=%s" $v.wireFormat) }}{{ end -}}
 {{- if and $v.preciseKeys (ne (toString $v.preciseKeys) "off") }}{{ $a = append $a (printf "--precise-keys=%s" $v.preciseKeys) }}{{ end -}}
 {{- with $v.churnBreaker }}{{ if .limit }}{{ $a = concat $a (list (printf "--churn-limit=%v" (.limit | int)) (printf "--churn-window=%s" .window) (printf "--churn-quiet=%s" .quiet)) }}{{ end }}{{ end -}}
 {{- with $v.waves }}{{ with .policy }}{{ $a = append $a (printf "--waves=%s" .) }}{{ end }}{{ with .pollInterval }}{{ $a = append $a (printf "--wave-poll-interval=%s" .) }}{{ end }}{{ end -}}
