@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use apiproxy::{ApiProxy, Call, Hooks};
+use apiproxy::{ApiProxy, Call, Hooks, WatchFraming};
 use axum::body::Body;
 use axum::http::{StatusCode, header, response};
 use axum::response::{IntoResponse, Response};
@@ -362,31 +362,11 @@ fn expired_frame() -> Vec<u8> {
     [(event.len() as u32).to_be_bytes().to_vec(), event].concat()
 }
 
-/// How a watch body's events are delimited: JSON lines, or protobuf's length-prefixed frames.
-#[derive(Clone, Copy)]
-enum Framing {
-    Lines,
-    Frames,
-}
-
-impl Framing {
-    /// Where the first whole event in `pending` ends, if one is there.
-    fn event_end(self, pending: &[u8]) -> Option<usize> {
-        match self {
-            Framing::Lines => pending.iter().position(|b| *b == b'\n').map(|i| i + 1),
-            Framing::Frames => {
-                let length: [u8; 4] = pending.get(..4)?.try_into().ok()?;
-                let end = 4 + u32::from_be_bytes(length) as usize;
-                (pending.len() >= end).then_some(end)
-            }
-        }
-    }
-
-    fn expired_event(self) -> Vec<u8> {
-        match self {
-            Framing::Lines => EXPIRED_EVENT.as_bytes().to_vec(),
-            Framing::Frames => expired_frame(),
-        }
+/// The error event that ends an expired watch, in the watch's format.
+fn expired_event(framing: WatchFraming) -> Vec<u8> {
+    match framing {
+        WatchFraming::Lines => EXPIRED_EVENT.as_bytes().to_vec(),
+        WatchFraming::LengthPrefixed => expired_frame(),
     }
 }
 
@@ -396,7 +376,7 @@ fn faultable_watch(
     body: Body,
     resource: String,
     faults: tokio::sync::watch::Receiver<WatchFault>,
-    framing: Framing,
+    framing: WatchFraming,
 ) -> Body {
     use futures::StreamExt;
     let watch = WatchBody {
@@ -428,7 +408,7 @@ struct WatchBody {
     pending: Vec<u8>,
     faults: tokio::sync::watch::Receiver<WatchFault>,
     resource: String,
-    framing: Framing,
+    framing: WatchFraming,
     /// Held back at some point: only such a watch expires (those opened later flow).
     frozen: bool,
     ended: bool,
@@ -442,7 +422,7 @@ impl WatchBody {
             let fault = *self.faults.borrow_and_update();
             match fault {
                 WatchFault::Expired(r) if r == self.resource && self.frozen => {
-                    return Some((self.framing.expired_event(), true));
+                    return Some((expired_event(self.framing), true));
                 }
                 WatchFault::Frozen(r) if r == self.resource => {
                     self.frozen = true;

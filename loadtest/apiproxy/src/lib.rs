@@ -5,6 +5,7 @@
 
 mod call;
 mod forward;
+mod framing;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use axum::http::response;
 use axum::response::Response;
 
 pub use call::{Call, classify};
+pub use framing::WatchFraming;
 
 /// What a proxy adds to forwarding. Every method has a pass-through default.
 pub trait Hooks: Send + Sync + 'static {

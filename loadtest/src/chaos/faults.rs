@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use apiproxy::{ApiProxy, Call, Hooks};
+use apiproxy::{ApiProxy, Call, Hooks, WatchFraming};
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header, response};
 use axum::response::{IntoResponse, Response};
@@ -218,7 +218,7 @@ impl Hooks for State {
         }
     }
 
-    fn response(&self, call: &Call, _head: &response::Parts, body: Body) -> Body {
+    fn response(&self, call: &Call, head: &response::Parts, body: Body) -> Body {
         let delay = {
             let armed = &self.armed.lock().unwrap().0;
             armed
@@ -229,20 +229,20 @@ impl Hooks for State {
         if delay.is_some() {
             self.injected.lock().unwrap().delayed += 1;
         }
-        let cut = (call.verb == "watch").then(|| self.cuts.subscribe());
+        let cut = (call.verb == "watch").then(|| (self.cuts.subscribe(), WatchFraming::of(head)));
         shaped(body, delay, cut)
     }
 }
 
 /// The body, delayed by `delay` before its first byte and, for a watch, ended after its last
-/// whole event line once the cut counter moves.
+/// whole event (a JSON line or a protobuf frame) once the cut counter moves.
 fn shaped(
     body: Body,
     delay: Option<Duration>,
-    cut: Option<tokio::sync::watch::Receiver<u64>>,
+    cut: Option<(tokio::sync::watch::Receiver<u64>, WatchFraming)>,
 ) -> Body {
     let inner = body.into_data_stream();
-    let Some(mut cut) = cut else {
+    let Some((mut cut, framing)) = cut else {
         let delayed = futures::stream::once(async move {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
@@ -265,8 +265,8 @@ fn shaped(
                 tokio::time::sleep(d).await;
             }
             loop {
-                if let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
+                if let Some(end) = framing.event_end(&pending) {
+                    let line: Vec<u8> = pending.drain(..end).collect();
                     return Some((
                         Ok::<_, std::io::Error>(Bytes::from(line)),
                         (inner, pending, cut, None, false),
