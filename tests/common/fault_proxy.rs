@@ -207,15 +207,7 @@ impl Hooks for Faults {
         if call.verb != "watch" {
             return body;
         }
-        let content_type = head.headers.get(header::CONTENT_TYPE);
-        let protobuf = content_type
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains("protobuf"));
-        let framing = if protobuf {
-            Framing::Frames
-        } else {
-            Framing::Lines
-        };
+        let framing = WatchFraming::of(head);
         faultable_watch(
             body,
             call.resource.clone(),

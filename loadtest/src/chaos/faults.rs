@@ -257,7 +257,7 @@ fn shaped(
     let state = (inner, Vec::<u8>::new(), cut, delay, false);
     let lines = futures::stream::unfold(
         state,
-        |(mut inner, mut pending, mut cut, delay, ended)| async move {
+        move |(mut inner, mut pending, mut cut, delay, ended)| async move {
             if ended {
                 return None;
             }
@@ -345,7 +345,7 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, std::io::Error>>(4);
         let body = Body::from_stream(tokio_stream_from(rx));
         let cuts = tokio::sync::watch::Sender::new(0u64);
-        let shaped = shaped(body, None, Some(cuts.subscribe()));
+        let shaped = shaped(body, None, Some((cuts.subscribe(), WatchFraming::Lines)));
         let mut stream = shaped.into_data_stream();
         tx.send(Ok(Bytes::from_static(b"{\"type\":\"ADDED\"}\n{\"ty")))
             .await
@@ -359,6 +359,27 @@ mod tests {
             stream.next().await.is_none(),
             "the half event is dropped, the stream ends"
         );
+    }
+
+    #[tokio::test]
+    async fn a_cut_protobuf_watch_ends_after_its_last_whole_frame() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, std::io::Error>>(4);
+        let body = Body::from_stream(tokio_stream_from(rx));
+        let cuts = tokio::sync::watch::Sender::new(0u64);
+        let framing = WatchFraming::LengthPrefixed;
+        let mut stream = shaped(body, None, Some((cuts.subscribe(), framing))).into_data_stream();
+        // A frame of 3 bytes (one of them a newline), then half of the next one.
+        tx.send(Ok(Bytes::from_static(&[
+            0, 0, 0, 3, b'a', b'\n', b'b', 0, 0, 0, 9, b'c',
+        ])))
+        .await
+        .unwrap();
+        assert_eq!(
+            stream.next().await.unwrap().unwrap(),
+            &[0, 0, 0, 3, b'a', b'\n', b'b'][..]
+        );
+        cuts.send_modify(|n| *n += 1);
+        assert!(stream.next().await.is_none(), "the half frame is dropped");
     }
 
     fn tokio_stream_from<T: Send + 'static>(
