@@ -24,6 +24,8 @@ pub enum BuildError {
     NoIdentity,
     #[error("the pod template cannot be read: {0}")]
     BadTemplate(#[from] serde_json::Error),
+    #[error("the pod template cannot be read: {0}")]
+    BadWireTemplate(#[from] super::wire::TemplateError),
 }
 
 fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
@@ -102,7 +104,7 @@ pub fn workload_entry_from_object(
         return Err(BuildError::NoIdentity);
     };
     let empty = BTreeMap::new();
-    let template = object.pod_template(kind)?.unwrap_or_default();
+    let template = Cow::Owned(object.pod_template(kind)?.unwrap_or_default());
     let workload = Workload {
         kind,
         namespace,

@@ -13,7 +13,7 @@ mod users;
 mod wire;
 
 pub use build::{BuildError, workload_entry, workload_entry_from_object};
-pub use wire::WorkloadObject;
+pub use wire::{ProtobufTemplate, TemplateError, WorkloadObject};
 
 pub use entry::{ConfigState, ConfigWaves, IndexedUse, WorkloadEntry};
 use users::Users;

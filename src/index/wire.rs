@@ -9,8 +9,10 @@
 //! event.
 //! A raw value is read only straight from the bytes, which holds for LIST pages and for watch
 //! events whose `type` precedes their `object`, the order kube-apiserver writes them in.
-//! A workload read in protobuf (`crate::protobuf`) comes with its template already decoded, to
-//! the part the index reads.
+//! A workload read in protobuf (`crate::protobuf`) keeps its template the same way: as its
+//! bytes, with the decoder that reads them (to the part the index reads). Decoding the
+//! template up front into a boxed struct held until the entry was built left the heap
+//! fragmented: +18 MiB of RSS for 10,000 Deployments, the same bytes in use.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -31,7 +33,30 @@ pub struct WorkloadObject {
     spec: Option<WorkloadSpec>,
     /// The pod template of a workload read in protobuf (JSON keeps it raw in `spec`).
     #[serde(skip)]
-    decoded_template: Option<Box<PodTemplateSpec>>,
+    protobuf_template: Option<ProtobufTemplate>,
+}
+
+/// A pod template's protobuf bytes and the function that decodes them (given by
+/// `crate::protobuf`, which the index does not depend on).
+#[derive(Clone)]
+pub struct ProtobufTemplate {
+    pub bytes: bytes::Bytes,
+    pub decode: fn(bytes::Bytes) -> Result<PodTemplateSpec, String>,
+}
+
+impl std::fmt::Debug for ProtobufTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProtobufTemplate({} bytes)", self.bytes.len())
+    }
+}
+
+/// Why a pod template could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("protobuf: {0}")]
+    Protobuf(String),
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -76,7 +101,7 @@ struct JobTemplateSpec {
 impl WorkloadObject {
     /// A workload decoded from protobuf: its metadata, its template (already at the kind's
     /// path) and whether `spec.paused` is true.
-    pub fn decoded(metadata: ObjectMeta, template: Option<PodTemplateSpec>, paused: bool) -> Self {
+    pub fn decoded(metadata: ObjectMeta, template: Option<ProtobufTemplate>, paused: bool) -> Self {
         let spec = WorkloadSpec {
             paused: paused.then_some(serde_json::Value::Bool(true)),
             ..Default::default()
@@ -84,26 +109,30 @@ impl WorkloadObject {
         Self {
             metadata,
             spec: Some(spec),
-            decoded_template: template.map(Box::new),
+            protobuf_template: template,
         }
     }
 
-    /// The pod template, however it was read (`None`: the workload has none).
+    /// The pod template, however it was read (`None`: the workload has none), decoded now.
     pub fn pod_template(
         &self,
         kind: WorkloadKind,
-    ) -> Result<Option<Cow<'_, PodTemplateSpec>>, serde_json::Error> {
-        if let Some(template) = &self.decoded_template {
-            return Ok(Some(Cow::Borrowed(template)));
+    ) -> Result<Option<PodTemplateSpec>, TemplateError> {
+        if let Some(template) = &self.protobuf_template {
+            let decoded = (template.decode)(template.bytes.clone());
+            return decoded.map(Some).map_err(TemplateError::Protobuf);
         }
         let parsed = self.pod_template_json(kind).map(serde_json::from_str);
-        Ok(parsed.transpose()?.map(Cow::Owned))
+        Ok(parsed.transpose()?)
     }
 
     /// The pod template as a JSON value (`Null`: none, or not readable).
     pub fn pod_template_value(&self, kind: WorkloadKind) -> serde_json::Value {
-        if let Some(template) = &self.decoded_template {
-            return serde_json::to_value(template).unwrap_or_default();
+        if self.protobuf_template.is_some() {
+            let template = self.pod_template(kind).ok().flatten();
+            return template.map_or_else(Default::default, |t| {
+                serde_json::to_value(t).unwrap_or_default()
+            });
         }
         let text = self.pod_template_json(kind);
         text.and_then(|t| serde_json::from_str(t).ok())
@@ -128,7 +157,7 @@ impl WorkloadObject {
         let is_deployment = reference.kind == "Deployment"
             && matches!(reference.api_version.as_str(), "apps/v1" | "");
         let inline = spec.template.as_ref().is_some_and(|t| t.get() != "null")
-            || self.decoded_template.is_some();
+            || self.protobuf_template.is_some();
         (is_deployment && !inline && !reference.name.is_empty()).then_some(reference.name.as_str())
     }
 
@@ -136,7 +165,7 @@ impl WorkloadObject {
     pub fn with_template_of(mut self, other: &WorkloadObject) -> Self {
         let template = other.spec.as_ref().and_then(|s| s.template.clone());
         self.spec.get_or_insert_with(Default::default).template = template;
-        self.decoded_template = other.decoded_template.clone();
+        self.protobuf_template = other.protobuf_template.clone();
         self
     }
 

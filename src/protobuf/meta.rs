@@ -93,13 +93,3 @@ impl From<Meta> for ObjectMeta {
         }
     }
 }
-
-/// A template's metadata (k8s-pb's type, inside the pod template): its labels and annotations.
-pub(super) fn template_meta(m: pb::ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
-        annotations: some_map(m.annotations),
-        labels: some_map(m.labels),
-        name: m.name,
-        ..Default::default()
-    }
-}

@@ -15,6 +15,7 @@ mod error;
 mod meta;
 mod objects;
 mod template;
+mod template_wire;
 
 pub use envelope::{
     Bookmark, EventType, ListPage, RawEvent, bookmark, list_page, status, status_body, unwrap,

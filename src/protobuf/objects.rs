@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_pb::api::core::v1 as pb;
 use prost::Message;
 
 use super::error::DecodeError;
 use super::meta::Meta;
-use super::template::pod_template;
-use crate::index::WorkloadObject;
+use super::template::decode_pod_template;
+use crate::index::{ProtobufTemplate, WorkloadObject};
 use crate::model::WorkloadKind;
 
 /// A kind the API server serves in protobuf, read from an object's bytes (no envelope).
@@ -102,31 +101,32 @@ macro_rules! workload_wire {
     };
 }
 
-/// Tags from k8s.io/api's `generated.proto`: the template, and `paused` where it exists.
+/// Tags from k8s.io/api's `generated.proto`: the template (its bytes, decoded when the index
+/// entry is built), and `paused` where it exists.
 #[derive(Clone, PartialEq, Message)]
 struct DeploymentSpec {
-    #[prost(message, optional, tag = "3")]
-    template: Option<pb::PodTemplateSpec>,
+    #[prost(bytes = "bytes", optional, tag = "3")]
+    template: Option<Bytes>,
     #[prost(bool, optional, tag = "7")]
     paused: Option<bool>,
 }
 
 #[derive(Clone, PartialEq, Message)]
 struct StatefulSetSpec {
-    #[prost(message, optional, tag = "3")]
-    template: Option<pb::PodTemplateSpec>,
+    #[prost(bytes = "bytes", optional, tag = "3")]
+    template: Option<Bytes>,
 }
 
 #[derive(Clone, PartialEq, Message)]
 struct DaemonSetSpec {
-    #[prost(message, optional, tag = "2")]
-    template: Option<pb::PodTemplateSpec>,
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    template: Option<Bytes>,
 }
 
 #[derive(Clone, PartialEq, Message)]
 struct JobSpec {
-    #[prost(message, optional, tag = "6")]
-    template: Option<pb::PodTemplateSpec>,
+    #[prost(bytes = "bytes", optional, tag = "6")]
+    template: Option<Bytes>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -171,11 +171,11 @@ pub fn workload(kind: WorkloadKind, object: Bytes) -> Result<WorkloadObject, Dec
     }?;
     let (meta, template, paused) = parts;
     let metadata = meta.unwrap_or_default().into();
-    Ok(WorkloadObject::decoded(
-        metadata,
-        template.map(pod_template),
-        paused,
-    ))
+    let template = template.map(|bytes| ProtobufTemplate {
+        bytes,
+        decode: decode_pod_template,
+    });
+    Ok(WorkloadObject::decoded(metadata, template, paused))
 }
 
 /// Whether the API server serves `kind` in protobuf (built-in kinds; custom resources never).

@@ -1,4 +1,5 @@
-//! A pod template, from k8s-pb's type to the part of k8s-openapi's the index reads
+//! A pod template, from its slim prost messages (`template_wire.rs`) to the part of
+//! k8s-openapi's type the index reads
 //! (`references.rs`, `reloader_format::template::recorded_hash`): the template's labels and
 //! annotations; each container's name, env (value and config key references), envFrom and
 //! volume mounts; the volumes that can hold a config (ConfigMap, Secret, projected, CSI).
@@ -6,12 +7,25 @@
 //! reads it, and `tests.rs` checks that a template with every kind of reference gives the same
 //! index entry as its JSON.
 
+use super::template_wire as pb;
 use k8s_openapi::api::core::v1 as api;
-use k8s_pb::api::core::v1 as pb;
 
-pub(super) fn pod_template(t: pb::PodTemplateSpec) -> api::PodTemplateSpec {
+/// Decodes a template's bytes (the `decode` of an index `ProtobufTemplate`).
+pub(super) fn decode_pod_template(bytes: bytes::Bytes) -> Result<api::PodTemplateSpec, String> {
+    let template = <pb::PodTemplateSpec as prost::Message>::decode(bytes);
+    template.map(pod_template).map_err(|e| e.to_string())
+}
+
+fn pod_template(t: pb::PodTemplateSpec) -> api::PodTemplateSpec {
     api::PodTemplateSpec {
-        metadata: t.metadata.map(super::meta::template_meta),
+        metadata: t.metadata.map(
+            |m| k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                annotations: (!m.annotations.is_empty()).then_some(m.annotations),
+                labels: (!m.labels.is_empty()).then_some(m.labels),
+                name: m.name,
+                ..Default::default()
+            },
+        ),
         spec: t.spec.map(pod_spec),
     }
 }
