@@ -79,6 +79,15 @@ fn env_var(e: pb::EnvVar) -> api::EnvVar {
     }
 }
 
+/// (name, key, optional) of a key reference.
+fn key_selector(r: pb::KeySelector) -> (String, String, Option<bool>) {
+    (
+        name_of(r.local_object_reference),
+        r.key.unwrap_or_default(),
+        r.optional,
+    )
+}
+
 fn env_from(e: pb::EnvFromSource) -> api::EnvFromSource {
     api::EnvFromSource {
         prefix: e.prefix,

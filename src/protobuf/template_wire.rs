@@ -63,23 +63,14 @@ pub(super) struct EnvVar {
 #[derive(Clone, PartialEq, Message)]
 pub(super) struct EnvVarSource {
     #[prost(message, optional, tag = "3")]
-    pub(super) config_map_key_ref: Option<ConfigMapKeySelector>,
+    pub(super) config_map_key_ref: Option<KeySelector>,
     #[prost(message, optional, tag = "4")]
-    pub(super) secret_key_ref: Option<SecretKeySelector>,
+    pub(super) secret_key_ref: Option<KeySelector>,
 }
 
+/// A ConfigMap's or a Secret's key reference (the same fields and tags).
 #[derive(Clone, PartialEq, Message)]
-pub(super) struct ConfigMapKeySelector {
-    #[prost(message, optional, tag = "1")]
-    pub(super) local_object_reference: Option<LocalObjectReference>,
-    #[prost(string, optional, tag = "2")]
-    pub(super) key: Option<String>,
-    #[prost(bool, optional, tag = "3")]
-    pub(super) optional: Option<bool>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(super) struct SecretKeySelector {
+pub(super) struct KeySelector {
     #[prost(message, optional, tag = "1")]
     pub(super) local_object_reference: Option<LocalObjectReference>,
     #[prost(string, optional, tag = "2")]
@@ -93,21 +84,14 @@ pub(super) struct EnvFromSource {
     #[prost(string, optional, tag = "1")]
     pub(super) prefix: Option<String>,
     #[prost(message, optional, tag = "2")]
-    pub(super) config_map_ref: Option<ConfigMapEnvSource>,
+    pub(super) config_map_ref: Option<EnvSource>,
     #[prost(message, optional, tag = "3")]
-    pub(super) secret_ref: Option<SecretEnvSource>,
+    pub(super) secret_ref: Option<EnvSource>,
 }
 
+/// A ConfigMap or Secret as `envFrom` (the same fields and tags).
 #[derive(Clone, PartialEq, Message)]
-pub(super) struct ConfigMapEnvSource {
-    #[prost(message, optional, tag = "1")]
-    pub(super) local_object_reference: Option<LocalObjectReference>,
-    #[prost(bool, optional, tag = "2")]
-    pub(super) optional: Option<bool>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(super) struct SecretEnvSource {
+pub(super) struct EnvSource {
     #[prost(message, optional, tag = "1")]
     pub(super) local_object_reference: Option<LocalObjectReference>,
     #[prost(bool, optional, tag = "2")]
@@ -181,23 +165,14 @@ pub(super) struct ProjectedVolumeSource {
 #[derive(Clone, PartialEq, Message)]
 pub(super) struct VolumeProjection {
     #[prost(message, optional, tag = "1")]
-    pub(super) secret: Option<SecretProjection>,
+    pub(super) secret: Option<Projection>,
     #[prost(message, optional, tag = "3")]
-    pub(super) config_map: Option<ConfigMapProjection>,
+    pub(super) config_map: Option<Projection>,
 }
 
+/// A ConfigMap or Secret in a projected volume (the same fields and tags).
 #[derive(Clone, PartialEq, Message)]
-pub(super) struct ConfigMapProjection {
-    #[prost(message, optional, tag = "1")]
-    pub(super) local_object_reference: Option<LocalObjectReference>,
-    #[prost(message, repeated, tag = "2")]
-    pub(super) items: Vec<KeyToPath>,
-    #[prost(bool, optional, tag = "4")]
-    pub(super) optional: Option<bool>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(super) struct SecretProjection {
+pub(super) struct Projection {
     #[prost(message, optional, tag = "1")]
     pub(super) local_object_reference: Option<LocalObjectReference>,
     #[prost(message, repeated, tag = "2")]
