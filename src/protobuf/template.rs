@@ -62,17 +62,21 @@ fn env_var(e: pb::EnvVar) -> api::EnvVar {
         name: e.name.unwrap_or_default(),
         value: e.value,
         value_from: e.value_from.map(|source| api::EnvVarSource {
-            config_map_key_ref: source
-                .config_map_key_ref
-                .map(|r| api::ConfigMapKeySelector {
-                    name: name_of(r.local_object_reference),
-                    key: r.key.unwrap_or_default(),
-                    optional: r.optional,
-                }),
-            secret_key_ref: source.secret_key_ref.map(|r| api::SecretKeySelector {
-                name: name_of(r.local_object_reference),
-                key: r.key.unwrap_or_default(),
-                optional: r.optional,
+            config_map_key_ref: source.config_map_key_ref.map(|r| {
+                let (name, key, optional) = key_selector(r);
+                api::ConfigMapKeySelector {
+                    name,
+                    key,
+                    optional,
+                }
+            }),
+            secret_key_ref: source.secret_key_ref.map(|r| {
+                let (name, key, optional) = key_selector(r);
+                api::SecretKeySelector {
+                    name,
+                    key,
+                    optional,
+                }
             }),
             ..Default::default()
         }),
