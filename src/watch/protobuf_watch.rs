@@ -409,18 +409,7 @@ impl<T> ProtobufApi<T> {
         let identity = http::HeaderValue::from_static("identity");
         request.headers_mut().insert(ACCEPT_ENCODING, identity);
         let body = self.send(request).await?;
-        let bytes = body.into_data_stream().map_err(std::io::Error::other);
-        let codec = LengthDelimitedCodec::builder()
-            .length_field_length(4)
-            .max_frame_length(MAX_FRAME)
-            .new_codec();
-        let frames = FramedRead::new(StreamReader::new(bytes), codec);
-        Ok(frames
-            .map(|frame| {
-                let frame = frame.map_err(kube::Error::ReadEvents)?;
-                protobuf::watch_event(frame.freeze()).map_err(|e| kube::Error::Service(Box::new(e)))
-            })
-            .boxed())
+        Ok(watch_frames(body.into_data_stream()))
     }
 
     /// Sends a request asking for protobuf; an error status becomes `kube::Error::Api`, and
@@ -457,6 +446,90 @@ impl<T> ProtobufApi<T> {
         Err(kube::Error::Api(
             error_status(status, is_protobuf, body).boxed(),
         ))
+    }
+}
+
+/// A watch body as its events. A body cut short (an API server restart, a proxy, a connection
+/// reset mid-chunk, a frame that never finished) ends the events, as kube-client ends a JSON
+/// watch: the watcher resumes from its last version at once, where an error would first wait
+/// out the stream's backoff.
+fn watch_frames<B, E>(body: B) -> Frames
+where
+    B: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let bytes = body.map_err(|e| match ends_the_stream(&e) {
+        true => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, e),
+        false => std::io::Error::other(e),
+    });
+    let codec = LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(MAX_FRAME)
+        .new_codec();
+    FramedRead::new(StreamReader::new(bytes), WholeFrames(codec))
+        .filter_map(|frame| async move {
+            match frame {
+                Ok(frame) => Some(
+                    protobuf::watch_event(frame.freeze())
+                        .map_err(|e| kube::Error::Service(Box::new(e))),
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    debug!(error = %e, "watch body cut short: resuming");
+                    None
+                }
+                Err(e) => Some(Err(kube::Error::ReadEvents(e))),
+            }
+        })
+        .boxed()
+}
+
+/// True when `error`, or one it wraps, is an unexpected end of the connection.
+fn ends_the_stream(error: &(dyn std::error::Error + 'static)) -> bool {
+    // The chunked decoder says so in its text only; TLS nests an `UnexpectedEof`.
+    if error.to_string().contains("unexpected EOF during chunk") {
+        return true;
+    }
+    let mut current = Some(error);
+    // HTTP and TLS stack a handful of errors; the bound guards against a `source` cycle.
+    for _ in 0..16 {
+        let Some(e) = current else { return false };
+        let Some(io) = e.downcast_ref::<std::io::Error>() else {
+            current = e.source();
+            continue;
+        };
+        if io.kind() == std::io::ErrorKind::UnexpectedEof {
+            return true;
+        }
+        // An `io::Error`'s `source` skips the error it wraps: look at that one itself.
+        current = match io.get_ref() {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => std::error::Error::source(io),
+        };
+    }
+    false
+}
+
+/// The length-delimited codec, but a frame left unfinished when the body ends is an
+/// `UnexpectedEof` (the codec's own answer is an error of no particular kind).
+struct WholeFrames(LengthDelimitedCodec);
+
+impl tokio_util::codec::Decoder for WholeFrames {
+    type Item = bytes::BytesMut;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut bytes::BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        self.0.decode(src)
+    }
+
+    fn decode_eof(&mut self, src: &mut bytes::BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        match self.0.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{} bytes of an unfinished frame", src.len()),
+            )),
+        }
     }
 }
 
@@ -582,5 +655,74 @@ impl WatchContext {
         let format = if protobuf { "protobuf" } else { "json" };
         self.wire_formats.record(resource, format);
         self.observer.wire_format(resource, format);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A captured streaming list of one ConfigMap: two whole frames (ADDED, then the bookmark).
+    fn captured_watch() -> Bytes {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/fixtures/wire/watch-configmaps.pb"
+        );
+        Bytes::from(std::fs::read(path).expect("the captured watch"))
+    }
+
+    /// The events of a body of `chunks`, then of `end` (`None`: the body ends cleanly).
+    async fn events_of(chunks: Vec<Bytes>, end: Option<std::io::Error>) -> Vec<String> {
+        let mut body: Vec<Result<Bytes, std::io::Error>> = chunks.into_iter().map(Ok).collect();
+        body.extend(end.map(Err));
+        watch_frames(futures::stream::iter(body))
+            .map(|event| match event {
+                Ok(event) => format!("{:?}", event.kind),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect()
+            .await
+    }
+
+    fn cut(message: &str) -> std::io::Error {
+        std::io::Error::other(message.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_mid_chunk_ends_the_events_without_an_error() {
+        let events = events_of(
+            vec![captured_watch()],
+            Some(cut(
+                "error reading a body from connection: unexpected EOF during chunk size line",
+            )),
+        )
+        .await;
+        assert_eq!(events, ["Added", "Bookmark"]);
+    }
+
+    #[tokio::test]
+    async fn a_nested_unexpected_eof_ends_the_events_too() {
+        let tls = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed");
+        let events = events_of(vec![captured_watch()], Some(std::io::Error::other(tls))).await;
+        assert_eq!(events, ["Added", "Bookmark"]);
+    }
+
+    #[tokio::test]
+    async fn a_frame_left_unfinished_at_the_end_is_dropped_not_an_error() {
+        let stream = captured_watch();
+        let first_frame = 4 + u32::from_be_bytes(stream[..4].try_into().unwrap()) as usize;
+        let events = events_of(vec![stream.slice(..first_frame + 10)], None).await;
+        assert_eq!(events, ["Added"]);
+    }
+
+    #[tokio::test]
+    async fn any_other_read_error_is_still_an_error() {
+        let events = events_of(
+            vec![captured_watch()],
+            Some(cut("connection reset by peer")),
+        )
+        .await;
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert!(events[2].starts_with("error: "), "{events:?}");
     }
 }
