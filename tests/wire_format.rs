@@ -127,14 +127,37 @@ async fn in_json_every_built_in_kind_reloads_and_nothing_asks_for_protobuf() {
     reloads_in("json").await;
 }
 
-#[tokio::test]
-async fn a_server_refusing_protobuf_for_configmaps_is_read_in_json_for_them_only() {
-    let ns = TestNamespace::new("wire-refused").await;
+/// A namespace holding [`workloads`], behind a fault proxy that refuses protobuf for ConfigMaps.
+struct Refusing {
+    ns: TestNamespace,
+    proxy: FaultProxy,
+    /// `--namespaces=<ns>`.
+    scope: String,
+    /// The proxy's kubeconfig, for the controller's `KUBECONFIG`.
+    kubeconfig: String,
+}
+
+async fn refusing_configmaps(prefix: &str) -> Refusing {
+    let ns = TestNamespace::new(prefix).await;
     workloads(&ns).await;
     let proxy = FaultProxy::start().await;
     proxy.refuse_protobuf("configmaps");
-    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
-    let scope = format!("--namespaces={}", ns.name);
+    Refusing {
+        scope: format!("--namespaces={}", ns.name),
+        kubeconfig: proxy.kubeconfig().to_str().unwrap().to_string(),
+        ns,
+        proxy,
+    }
+}
+
+#[tokio::test]
+async fn a_server_refusing_protobuf_for_configmaps_is_read_in_json_for_them_only() {
+    let Refusing {
+        ns,
+        proxy,
+        scope,
+        kubeconfig,
+    } = refusing_configmaps("wire-refused").await;
     let controller =
         Controller::start_with_env(&[&scope], &[("KUBECONFIG", kubeconfig.as_str())]).await;
     change_both_and_see_every_kind_reload(&ns).await;
@@ -160,12 +183,12 @@ async fn a_server_refusing_protobuf_for_configmaps_is_read_in_json_for_them_only
 
 #[tokio::test]
 async fn insisting_on_protobuf_against_a_refusal_is_an_error_not_a_silent_json() {
-    let ns = TestNamespace::new("wire-strict").await;
-    workloads(&ns).await;
-    let proxy = FaultProxy::start().await;
-    proxy.refuse_protobuf("configmaps");
-    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
-    let scope = format!("--namespaces={}", ns.name);
+    let Refusing {
+        ns: _ns,
+        proxy,
+        scope,
+        kubeconfig,
+    } = refusing_configmaps("wire-strict").await;
     let controller = Controller::launch(
         &[&scope, "--wire-format=protobuf"],
         &[("KUBECONFIG", kubeconfig.as_str())],

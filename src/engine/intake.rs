@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Settings;
 use crate::index::{
-    ConfigState, ReverseIndex, WorkloadEntry, WorkloadObject, workload_entry_from_object,
+    ConfigState, ReverseIndex, WorkloadEntry, WorkloadObject, workload_entry_and_template,
 };
 use crate::model::{ConfigKey, ConfigKind, WorkloadKey, WorkloadKind};
 use crate::reload_policy::{PolicyProblem, ReloadTiming};
@@ -135,8 +135,8 @@ impl Intake {
         if !self.ownership.owns(ns) {
             return None;
         }
-        let entry = match workload_entry_from_object(kind, &obj, &self.settings.keys) {
-            Ok(e) => e,
+        let (entry, template) = match workload_entry_and_template(kind, &obj, &self.settings.keys) {
+            Ok(built) => built,
             Err(e) => {
                 warn!(kind = kind.as_str(), error = %e, "workload skipped");
                 return None;
@@ -157,7 +157,8 @@ impl Intake {
         if let Some(shadow) = &self.shadow {
             let old = self.index.workload(&key);
             let keys = &self.settings.keys;
-            for seen in writes_seen(old.as_deref(), &entry, &obj, keys, ready) {
+            let seen = writes_seen(old.as_deref(), &entry, &obj, &template, keys, ready);
+            for seen in seen {
                 shadow.written(&seen.workload, &seen.config, seen.marks);
             }
         }

@@ -99,18 +99,28 @@ pub fn workload_entry_from_object(
     object: &WorkloadObject,
     keys: &AnnotationKeys,
 ) -> Result<WorkloadEntry, BuildError> {
+    workload_entry_and_template(kind, object, keys).map(|(entry, _)| entry)
+}
+
+/// As [`workload_entry_from_object`], with the pod template the entry was built from, for a
+/// caller that reads it too (the shadow's observer): the template is decoded once.
+pub fn workload_entry_and_template(
+    kind: WorkloadKind,
+    object: &WorkloadObject,
+    keys: &AnnotationKeys,
+) -> Result<(WorkloadEntry, PodTemplateSpec), BuildError> {
     let meta = &object.metadata;
     let (Some(name), Some(namespace)) = (meta.name.as_deref(), meta.namespace.as_deref()) else {
         return Err(BuildError::NoIdentity);
     };
     let empty = BTreeMap::new();
-    let template = Cow::Owned(object.pod_template(kind)?.unwrap_or_default());
+    let template = object.pod_template(kind)?.unwrap_or_default();
     let workload = Workload {
         kind,
         namespace,
         name,
         annotations: meta.annotations.as_ref().unwrap_or(&empty),
-        template,
+        template: Cow::Borrowed(&template),
         paused: object.paused(),
     };
     let mut entry = entry_from_parts(workload, keys)?;
@@ -119,7 +129,7 @@ pub fn workload_entry_from_object(
         .as_ref()
         .and_then(|l| l.get(crate::waves::CANARY_LABEL))
         .is_some_and(|v| v == "true");
-    Ok(entry)
+    Ok((entry, template))
 }
 
 /// What an entry is built from, however the workload was decoded.

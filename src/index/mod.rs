@@ -12,7 +12,9 @@ mod entry;
 mod users;
 mod wire;
 
-pub use build::{BuildError, workload_entry, workload_entry_from_object};
+pub use build::{
+    BuildError, workload_entry, workload_entry_and_template, workload_entry_from_object,
+};
 pub use wire::{ProtobufTemplate, TemplateError, WorkloadObject};
 
 pub use entry::{ConfigState, ConfigWaves, IndexedUse, WorkloadEntry};

@@ -126,19 +126,6 @@ impl WorkloadObject {
         Ok(parsed.transpose()?)
     }
 
-    /// The pod template as a JSON value (`Null`: none, or not readable).
-    pub fn pod_template_value(&self, kind: WorkloadKind) -> serde_json::Value {
-        if self.protobuf_template.is_some() {
-            let template = self.pod_template(kind).ok().flatten();
-            return template.map_or_else(Default::default, |t| {
-                serde_json::to_value(t).unwrap_or_default()
-            });
-        }
-        let text = self.pod_template_json(kind);
-        text.and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or_default()
-    }
-
     /// The pod template's JSON text, where `kind` keeps it (a CronJob's is one level deeper).
     pub fn pod_template_json(&self, kind: WorkloadKind) -> Option<&str> {
         let spec = self.spec.as_ref()?;

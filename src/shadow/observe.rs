@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 use super::marks::{Mark, marks_of};
 use crate::config::AnnotationKeys;
@@ -24,12 +24,14 @@ pub struct Seen {
     pub marks: BTreeSet<Mark>,
 }
 
-/// The writes `object` (whose new entry is `new`) shows against the entry it replaces. `ready`:
-/// the first lists are done, so a Job that appears was created now, not found at start.
+/// The writes `object` (whose new entry is `new`, built from `template`) shows against the
+/// entry it replaces. `ready`: the first lists are done, so a Job that appears was created now,
+/// not found at start.
 pub fn writes_seen(
     old: Option<&WorkloadEntry>,
     new: &WorkloadEntry,
     object: &WorkloadObject,
+    template: &PodTemplateSpec,
     keys: &AnnotationKeys,
     ready: bool,
 ) -> Vec<Seen> {
@@ -44,7 +46,7 @@ pub fn writes_seen(
     if changed.is_empty() {
         return Vec::new();
     }
-    let template: Value = object.pod_template_value(new.key.kind);
+    let template = serde_json::to_value(template).unwrap_or_default();
     changed
         .into_iter()
         .map(|config| Seen {
@@ -114,8 +116,8 @@ fn reloaded_through(object: &WorkloadObject, job: &WorkloadEntry) -> Option<Work
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::{workload_entry, workload_entry_from_object};
-    use serde_json::json;
+    use crate::index::{workload_entry, workload_entry_and_template};
+    use serde_json::{Value, json};
 
     fn object(kind: &str, env_value: Option<&str>, extra_meta: Value) -> Value {
         let env = match env_value {
@@ -135,8 +137,8 @@ mod tests {
         let keys = AnnotationKeys::default();
         let old = old.map(|o| workload_entry(kind, &o, &keys).unwrap());
         let wire: WorkloadObject = serde_json::from_value(new).unwrap();
-        let new = workload_entry_from_object(kind, &wire, &keys).unwrap();
-        writes_seen(old.as_ref(), &new, &wire, &keys, ready)
+        let (new, template) = workload_entry_and_template(kind, &wire, &keys).unwrap();
+        writes_seen(old.as_ref(), &new, &wire, &template, &keys, ready)
     }
 
     #[test]

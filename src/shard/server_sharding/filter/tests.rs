@@ -128,10 +128,11 @@ impl Body for ChunkBody {
     }
 }
 
-/// Records the URI of each request and answers with the next body.
+/// Records the URI of each request and answers with the next body, in `content_type`.
 struct Server {
     seen: Arc<Mutex<Vec<Uri>>>,
     bodies: Arc<Mutex<Vec<ChunkBody>>>,
+    content_type: Option<&'static str>,
 }
 
 impl Service<Request<()>> for Server {
@@ -144,7 +145,14 @@ impl Service<Request<()>> for Server {
     fn call(&mut self, req: Request<()>) -> Self::Future {
         self.seen.lock().unwrap().push(req.uri().clone());
         let body = self.bodies.lock().unwrap().remove(0);
-        std::future::ready(Ok(Response::new(body)))
+        let mut response = Response::new(body);
+        if let Some(content_type) = self.content_type {
+            let value = http::HeaderValue::from_static(content_type);
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_TYPE, value);
+        }
+        std::future::ready(Ok(response))
     }
 }
 
@@ -156,12 +164,18 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_answering(None)
+}
+
+/// As [`setup`], the server's answers in `content_type`.
+fn setup_answering(content_type: Option<&'static str>) -> Setup {
     let feed = SelectorFeed::default();
     let (chunks, rx) = mpsc::unbounded_channel();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let server = Server {
         seen: seen.clone(),
         bodies: Arc::new(Mutex::new(vec![ChunkBody(rx)])),
+        content_type,
     };
     Setup {
         service: feed.layer().layer(server),
@@ -225,7 +239,7 @@ async fn a_watch_ends_at_the_first_boundary_after_the_selector_changed() {
 
 #[tokio::test]
 async fn a_protobuf_watch_ends_after_the_frame_in_progress() {
-    let mut s = setup();
+    let mut s = setup_answering(Some("application/vnd.kubernetes.protobuf;stream=watch"));
     s.feed.publish(Some("A".into()));
     let response = s
         .service
@@ -233,8 +247,6 @@ async fn a_protobuf_watch_ends_after_the_frame_in_progress() {
         .await
         .unwrap();
     let mut body = response.into_body();
-    // The test server sets no content type: the body is read as JSON unless told.
-    body.framing = Framing::of(Some("application/vnd.kubernetes.protobuf;stream=watch"));
     let stream: Vec<u8> = [frame(4), frame(2)].concat();
     s.chunks.send(Bytes::copy_from_slice(&stream[..6])).unwrap();
     assert_eq!(next_chunk(&mut body).await.unwrap(), &stream[..6]);
