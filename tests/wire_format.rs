@@ -215,3 +215,110 @@ async fn insisting_on_protobuf_against_a_refusal_is_an_error_not_a_silent_json()
         "{asked:?}"
     );
 }
+
+/// What the controller asked for in `ns`'s LISTs: every one of `resources` in protobuf, none in
+/// JSON.
+fn assert_listed_in_protobuf(proxy: &FaultProxy, ns: &str, resources: &[&str]) {
+    let lists = proxy.lists_in(ns);
+    for resource in resources {
+        assert!(
+            lists.contains(&(resource.to_string(), true)),
+            "{resource}: not listed in protobuf in {ns}: {lists:?}"
+        );
+    }
+    let in_json: Vec<_> = lists.iter().filter(|(_, protobuf)| !protobuf).collect();
+    assert!(in_json.is_empty(), "listed in JSON: {in_json:?}");
+}
+
+/// A namespace that enters the selection is backfilled by LISTs in that namespace, in protobuf
+/// like the watches (a hand-over lists the same way, across the gained hash ranges).
+#[tokio::test]
+async fn a_namespace_entering_the_selection_is_backfilled_in_protobuf() {
+    let (proxy, ns) = backfilled("wire-enter", None).await;
+    let resources = [
+        "configmaps",
+        "secrets",
+        "deployments",
+        "statefulsets",
+        "daemonsets",
+    ];
+    assert_listed_in_protobuf(&proxy, &ns.name, &resources);
+}
+
+/// The backfill of a resource the server refuses in protobuf is listed in JSON, the others
+/// still in protobuf.
+#[tokio::test]
+async fn a_backfill_refused_protobuf_for_configmaps_lists_them_in_json() {
+    let (proxy, ns) = backfilled("wire-enter-refused", Some("configmaps")).await;
+    let lists = proxy.lists_in(&ns.name);
+    assert!(
+        lists.contains(&("configmaps".to_string(), false)),
+        "{lists:?}"
+    );
+    assert!(lists.contains(&("secrets".to_string(), true)), "{lists:?}");
+    assert!(
+        lists.contains(&("deployments".to_string(), true)),
+        "{lists:?}"
+    );
+}
+
+/// A controller selecting namespaces by label, then a namespace holding [`workloads`] labelled
+/// into the selection: once its backfill listed it, both its configs change and every kind
+/// reloads. `refused`: the resource the proxy refuses protobuf for.
+async fn backfilled(prefix: &str, refused: Option<&'static str>) -> (FaultProxy, TestNamespace) {
+    let selector = unique_token(prefix);
+    let proxy = FaultProxy::start().await;
+    if let Some(resource) = refused {
+        proxy.refuse_protobuf(resource);
+    }
+    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    let flag = format!("--namespace-selector=kube-reloader-wire={selector}");
+    let controller =
+        Controller::start_with_env(&[&flag], &[("KUBECONFIG", kubeconfig.as_str())]).await;
+    let ns = TestNamespace::new(prefix).await;
+    workloads(&ns).await;
+    label_namespace(&ns, &selector).await;
+    wait_for("the backfill's LISTs", Duration::from_secs(30), || async {
+        let lists = proxy.lists_in(&ns.name);
+        match lists.iter().any(|(resource, _)| resource == "secrets") {
+            true => Ok(()),
+            false => Err(format!("{lists:?}")),
+        }
+    })
+    .await;
+    change_both_and_see_every_kind_reload(&ns).await;
+    drop(controller);
+    (proxy, ns)
+}
+
+/// Workloads found by LIST (`--list-workloads`, the fallback without watch permission) are
+/// listed in protobuf: in full at start, and in a config's namespace before each change.
+#[tokio::test]
+async fn listed_workloads_are_listed_in_protobuf() {
+    let ns = TestNamespace::new("wire-listed").await;
+    workloads(&ns).await;
+    let proxy = FaultProxy::start().await;
+    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    let scope = format!("--namespaces={}", ns.name);
+    let _controller = Controller::start_with_env(
+        &[&scope, "--list-workloads"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    )
+    .await;
+    change_both_and_see_every_kind_reload(&ns).await;
+    assert_listed_in_protobuf(
+        &proxy,
+        &ns.name,
+        &["deployments", "statefulsets", "daemonsets"],
+    );
+}
+
+async fn label_namespace(ns: &TestNamespace, selector: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, Patch, PatchParams};
+    let labels = json!({"metadata": {"labels": {"kube-reloader-wire": selector}}});
+    Api::<Namespace>::all(ns.client.clone())
+        .patch(&ns.name, &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .expect("labelling the namespace");
+}

@@ -13,7 +13,7 @@ use crate::reloader_format::hash::ConfigPayload;
 
 /// A watched config object, split into identity, annotations and payload.
 pub trait ConfigSource:
-    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static
+    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
 {
     const KIND: ConfigKind;
     fn into_payload(self) -> ConfigPayload;

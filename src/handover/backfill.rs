@@ -7,22 +7,23 @@
 //! its next config change as a creation and not reload.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, ObjectList};
+use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{info, warn};
 
 use crate::config::NamespaceScope;
 use crate::digest::ConfigSource;
 use crate::index::WorkloadObject;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::protobuf::{Decode, FromProtobuf, workload_decoder};
 use crate::resources::{
     CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE, api_resource, spc_pod_status_resource,
 };
-use crate::shard::server_sharding::with_selector;
 
-use super::gains::{GainSink, Watches};
+use super::gains::{GainSink, PageRequest, Watches};
 use super::protocol::CatchUp;
 
 /// The backfill and catch-up of gained namespaces, over the watches that decode what they list.
@@ -144,19 +145,18 @@ impl<'a, W: Watches> Indexing<'a, W> {
                 Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
                 None => Api::all_with(self.watches.client().clone(), &ar),
             };
-            self.backfill_pages(
-                &api,
-                ListParams::default().limit(WORKLOAD_PAGE_SIZE),
-                kind.as_str(),
-                target,
-                wanted,
-                |obj: WorkloadObject| async move {
-                    let ns = obj.metadata.namespace.as_deref();
-                    if ns.is_some_and(|ns| wanted.contains(ns)) {
-                        self.watches.apply_workload(kind, obj).await;
-                    }
-                },
-            )
+            let list = KindList {
+                api: &api,
+                params: ListParams::default().limit(WORKLOAD_PAGE_SIZE),
+                resource: kind.as_str(),
+                decode: workload_decoder(kind),
+            };
+            self.backfill_pages(list, target, wanted, |obj: WorkloadObject| async move {
+                let ns = obj.metadata.namespace.as_deref();
+                if ns.is_some_and(|ns| wanted.contains(ns)) {
+                    self.watches.apply_workload(kind, obj).await;
+                }
+            })
             .await;
         }
     }
@@ -187,9 +187,13 @@ impl<'a, W: Watches> Indexing<'a, W> {
             Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
             None => Api::all_with(self.watches.client().clone(), &ar),
         };
-        let params = ListParams::default().limit(CONFIG_PAGE_SIZE);
-        let resource = "secretproviderclasspodstatus";
-        self.backfill_pages(&api, params, resource, target, wanted, |obj| async move {
+        let list = KindList {
+            api: &api,
+            params: ListParams::default().limit(CONFIG_PAGE_SIZE),
+            resource: "secretproviderclasspodstatus",
+            decode: None,
+        };
+        self.backfill_pages(list, target, wanted, |obj| async move {
             let in_gained = obj
                 .namespace()
                 .is_some_and(|ns| wanted.contains(ns.as_str()));
@@ -216,15 +220,31 @@ impl<'a, W: Watches> Indexing<'a, W> {
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + FromProtobuf
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let api: Api<K> = self.config_api(target);
-        let params = self.config_list_params(K::KIND, ListParams::default());
-        self.backfill_pages(&api, params, K::KIND.as_str(), target, wanted, |obj: K| {
+        let list = self.config_list(&api, ListParams::default());
+        self.backfill_pages(list, target, wanted, |obj: K| {
             self.backfill_config(obj, wanted, listed)
         })
         .await;
+    }
+
+    /// A config kind's LIST with `params` (page size and the settings' selectors added), read
+    /// in protobuf where the watches read it.
+    pub(super) fn config_list<'l, K>(&self, api: &'l Api<K>, params: ListParams) -> KindList<'l, K>
+    where
+        K: ConfigSource + FromProtobuf,
+    {
+        KindList {
+            api,
+            params: self.config_list_params(K::KIND, params),
+            resource: K::KIND.as_str(),
+            decode: Some(Arc::new(K::from_protobuf)),
+        }
     }
 
     /// Reads every page of one backfill LIST, handing each item to `each`. A failed page is
@@ -235,20 +255,19 @@ impl<'a, W: Watches> Indexing<'a, W> {
     /// missing from the index would make its next change look like a creation, not reloaded.
     async fn backfill_pages<K, F, Fut>(
         &self,
-        api: &Api<K>,
-        params: ListParams,
-        resource: &'static str,
+        list: KindList<'_, K>,
         target: &ListTarget,
         wanted: &HashSet<&str>,
         mut each: F,
     ) where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
         F: FnMut(K) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
+        let resource = list.resource;
         let mut backoff = BACKFILL_RETRY_BASE;
         'list: loop {
-            let mut pages = Pages::new(api, params.clone(), target.shard_selector());
+            let mut pages = Pages::new(self.watches, list.clone(), target.shard_selector());
             while let Some(page) = pages.next().await {
                 let error = match page {
                     Ok(items) => {
@@ -305,26 +324,40 @@ const BACKFILL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(1
 /// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
 /// only the gained namespaces: collecting every page first held the whole cluster's configs and
 /// workloads at once (a replica went from 66 to ~770 MiB in the 4-replica medium load test).
-pub(super) struct Pages<'a, K> {
-    api: &'a Api<K>,
+pub(super) struct Pages<'a, K, W> {
+    watches: &'a W,
+    list: KindList<'a, K>,
+    /// The next page's parameters; `None` after the last page or an error.
     params: Option<ListParams>,
     /// Sent with every page (the API server shards the list to these ranges).
     shard_selector: Option<&'a str>,
 }
 
-impl<'a, K> Pages<'a, K>
+/// One kind's LIST: its collection, its parameters (with the page size, `limit`), its name (logs,
+/// metrics, explain) and its protobuf decoder (`None`: read in JSON, a custom resource or a
+/// list that needs what protobuf decoding drops, such as managedFields).
+#[derive(Clone)]
+pub(super) struct KindList<'a, K> {
+    pub(super) api: &'a Api<K>,
+    pub(super) params: ListParams,
+    pub(super) resource: &'static str,
+    pub(super) decode: Option<Decode<K>>,
+}
+
+impl<'a, K, W> Pages<'a, K, W>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    W: Watches,
 {
-    /// `params` carries the page size (`limit`).
     pub(super) fn new(
-        api: &'a Api<K>,
-        params: ListParams,
+        watches: &'a W,
+        list: KindList<'a, K>,
         shard_selector: Option<&'a str>,
     ) -> Self {
         Self {
-            api,
-            params: Some(params),
+            watches,
+            params: Some(list.params.clone()),
+            list,
             shard_selector,
         }
     }
@@ -332,42 +365,23 @@ where
     /// The next page; `None` after the last page or an error.
     pub(super) async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
         let params = self.params.take()?;
-        let page = match self.shard_selector {
-            None => self.api.list(&params).await,
-            Some(selector) => list_sharded(self.api, &params, selector).await,
+        let request = PageRequest {
+            api: self.list.api,
+            resource: self.list.resource,
+            params: &params,
+            shard_selector: self.shard_selector,
+            decode: self.list.decode.clone(),
         };
-        match page {
+        match self.watches.list_page(request).await {
             Ok(page) => {
                 self.params = page
-                    .metadata
-                    .continue_
-                    .filter(|c| !c.is_empty())
+                    .continue_token
                     .map(|token| params.continue_token(&token));
                 Some(Ok(page.items))
             }
             Err(e) => Some(Err(e)),
         }
     }
-}
-
-/// `api.list(params)` with a `shardSelector` of its own (the client's layer adds the replica's
-/// selector only to a request that carries none).
-async fn list_sharded<K>(
-    api: &Api<K>,
-    params: &ListParams,
-    shard_selector: &str,
-) -> Result<ObjectList<K>, kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut request = kube::core::Request::new(api.resource_url())
-        .list(params)
-        .map_err(kube::Error::BuildRequest)?;
-    if let Some(uri) = with_selector(request.uri(), shard_selector) {
-        *request.uri_mut() = uri;
-    }
-    request.extensions_mut().insert("list");
-    api.clone().into_client().request(request).await
 }
 
 /// Where a backfill lists.

@@ -25,10 +25,11 @@ use tracing::{info, warn};
 use crate::digest::ConfigSource;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
+use crate::protobuf::FromProtobuf;
 use crate::resources::CONFIG_PAGE_SIZE;
 
 use super::acted::ActedVersions;
-use super::backfill::{Indexing, ListTarget, Pages};
+use super::backfill::{Indexing, KindList, ListTarget, Pages};
 use super::gains::{GainSink, Watches};
 
 /// Attempts at a catch-up list that fails for another reason than a compacted history.
@@ -94,7 +95,10 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> usize
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + FromProtobuf
+            + Sync
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let (result, queued, changed) = match self.configs_at::<K>(target, wanted, version).await {
@@ -162,13 +166,20 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> Vec<ConfigKey>
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + FromProtobuf
+            + Sync
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let api = self.config_api::<K>(target);
-        let params = self.config_list_params(K::KIND, ListParams::default());
+        // In JSON: protobuf decoding drops the managedFields this reads.
+        let list = KindList {
+            decode: None,
+            ..self.config_list(&api, ListParams::default())
+        };
         let mut written = Vec::new();
-        let mut pages = Pages::new(&api, params, target.shard_selector());
+        let mut pages = Pages::new(self.watches, list, target.shard_selector());
         while let Some(page) = pages.next().await {
             let page = match page {
                 Ok(page) => page,
@@ -243,18 +254,21 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + FromProtobuf
+            + Sync
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let api = self.config_api::<K>(target);
         let at = ListParams::default()
             .at(&version.to_string())
             .matching(VersionMatch::Exact);
-        let params = self.config_list_params(K::KIND, at);
+        let list = self.config_list(&api, at);
         let mut backoff = RETRY_BASE;
         let mut attempt = 1;
         loop {
-            match self.list_at(&api, params.clone(), target, wanted).await {
+            match self.list_at(list.clone(), target, wanted).await {
                 Err(kube::Error::Api(status)) if status.code != 410 && attempt < ATTEMPTS => {
                     warn!(%target, kind = K::KIND.as_str(), error = %status.message,
                         retry_in = ?backoff, "catch-up list failed, retrying");
@@ -274,17 +288,19 @@ impl<W: Watches> Indexing<'_, W> {
 
     async fn list_at<K>(
         &self,
-        api: &Api<K>,
-        params: ListParams,
+        list: KindList<'_, K>,
         target: &ListTarget,
         wanted: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K: ConfigSource
+            + FromProtobuf
+            + Sync
+            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         let mut before = HashMap::new();
-        let mut pages = Pages::new(api, params, target.shard_selector());
+        let mut pages = Pages::new(self.watches, list, target.shard_selector());
         while let Some(page) = pages.next().await {
             for obj in page? {
                 let Some(namespace) = obj.namespace().filter(|ns| wanted(ns)) else {

@@ -8,14 +8,34 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
-use kube::Client;
-use kube::api::DynamicObject;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::config::Settings;
 use crate::digest::{ConfigSource, DigestPoolClosed};
 use crate::index::{ConfigState, ReverseIndex, WorkloadObject};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::protobuf::Decode;
 use crate::shard::Ownership;
+
+/// One page of a LIST: its objects, and the token of the next page (`None`: the last).
+pub struct ListedPage<K> {
+    pub items: Vec<K>,
+    pub continue_token: Option<String>,
+}
+
+/// What to list: `api`'s collection with `params`, as `resource` (its name in metrics and
+/// explain), with a `shardSelector` of its own when given (the client's layer adds the
+/// replica's selector only to a request that carries none), decoded from protobuf by `decode`
+/// (`None`: a kind the API server serves in JSON only).
+pub struct PageRequest<'a, K> {
+    pub api: &'a Api<K>,
+    pub resource: &'static str,
+    pub params: &'a ListParams,
+    pub shard_selector: Option<&'a str>,
+    pub decode: Option<Decode<K>>,
+}
 
 /// Where what a backfill or catch-up finds goes: the engine's intake.
 pub trait GainSink: Send + Sync + 'static {
@@ -69,6 +89,14 @@ pub trait Watches: Send + Sync + 'static {
         &self,
         obj: DynamicObject,
     ) -> impl Future<Output = Option<(ConfigKey, ConfigState)>> + Send;
+    /// One page of a backfill LIST, in the wire format the watches read (protobuf for a kind
+    /// that has a decoder, unless the settings or the server say JSON).
+    fn list_page<K>(
+        &self,
+        page: PageRequest<'_, K>,
+    ) -> impl Future<Output = Result<ListedPage<K>, kube::Error>> + Send
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync;
     /// A backfill LIST failed and will be retried (metric).
     fn backfill_list_failed(&self, resource: &'static str);
     /// A catch-up of one config kind ran: how it went and how many configs it found changed.

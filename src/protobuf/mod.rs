@@ -22,7 +22,7 @@ pub use envelope::{
     watch_event,
 };
 pub use error::{DecodeError, MEDIA_TYPE};
-pub use objects::{FromProtobuf, speaks_protobuf, workload};
+pub use objects::{Decode, FromProtobuf, speaks_protobuf, workload, workload_decoder};
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! workloads as the index's [`WorkloadObject`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use k8s_openapi::ByteString;
@@ -181,4 +182,12 @@ pub fn workload(kind: WorkloadKind, object: Bytes) -> Result<WorkloadObject, Dec
 /// Whether the API server serves `kind` in protobuf (built-in kinds; custom resources never).
 pub fn speaks_protobuf(kind: WorkloadKind) -> bool {
     !matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig)
+}
+
+/// Decodes one object of a kind (no envelope), for a list or watch read in protobuf.
+pub type Decode<T> = Arc<dyn Fn(Bytes) -> Result<T, DecodeError> + Send + Sync>;
+
+/// The decoder of workloads of `kind`, when the API server serves it in protobuf.
+pub fn workload_decoder(kind: WorkloadKind) -> Option<Decode<WorkloadObject>> {
+    speaks_protobuf(kind).then(|| Arc::new(move |object| workload(kind, object)) as Decode<_>)
 }

@@ -28,7 +28,7 @@ use super::context::{
     watch_error, watch_streams,
 };
 use super::driver::{IndexVerbs, drive, map_event};
-use super::protobuf_watch::Decode;
+use crate::protobuf::Decode;
 use crate::protobuf::FromProtobuf;
 use crate::resources::OptionalApi;
 

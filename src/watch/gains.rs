@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
-use kube::Client;
 use kube::api::DynamicObject;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::config::Settings;
 use crate::digest::{ConfigSource, DigestPoolClosed};
 use crate::engine::intake::Intake;
-use crate::handover::gains::Watches;
+use crate::handover::gains::{ListedPage, PageRequest, Watches};
 use crate::index::{ConfigState, ReverseIndex, WorkloadObject};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::shard::Ownership;
@@ -56,6 +57,13 @@ impl Watches for WatchContext {
 
     async fn prepare_spc(&self, obj: DynamicObject) -> Option<(ConfigKey, ConfigState)> {
         WatchContext::prepare_spc(self, obj).await
+    }
+
+    async fn list_page<K>(&self, page: PageRequest<'_, K>) -> Result<ListedPage<K>, kube::Error>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
+    {
+        WatchContext::list_page(self, page).await
     }
 
     fn backfill_list_failed(&self, resource: &'static str) {

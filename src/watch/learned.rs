@@ -91,6 +91,11 @@ impl WireFormats {
     pub(super) fn record(&self, resource: &'static str, format: &'static str) {
         self.known.lock().unwrap().insert(resource, format);
     }
+
+    /// The server refused protobuf for `resource` (or the settings say JSON).
+    pub(super) fn is_json(&self, resource: &str) -> bool {
+        self.known.lock().unwrap().get(resource) == Some(&"json")
+    }
 }
 
 /// (namespace, Deployment name).

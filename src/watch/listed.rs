@@ -16,8 +16,10 @@ use kube::Api;
 use kube::api::ListParams;
 use tracing::{info, warn};
 
+use crate::handover::gains::PageRequest;
 use crate::index::WorkloadObject;
 use crate::model::{WorkloadKey, WorkloadKind};
+use crate::protobuf::workload_decoder;
 use crate::resources::api_resource;
 
 use super::context::{SyncGate, WatchContext, WatchError, stream_namespaces};
@@ -45,16 +47,25 @@ impl WatchContext {
         let mut params = ListParams::default().limit(WORKLOAD_PAGE_SIZE);
         let mut seen: HashSet<WorkloadKey> = HashSet::new();
         let mark = self.ownership.list_mark();
+        let decode = workload_decoder(kind);
         loop {
-            let page = api.list(&params).await?;
+            let page = self
+                .list_page(PageRequest {
+                    api: &api,
+                    resource: kind.as_str(),
+                    params: &params,
+                    shard_selector: None,
+                    decode: decode.clone(),
+                })
+                .await?;
             for obj in page.items {
                 if let Some(key) = self.apply_workload(kind, obj).await {
                     seen.insert(key);
                 }
             }
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => break,
+            match page.continue_token {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
             }
         }
         self.forget_unlisted(kind, namespace, &seen, mark);

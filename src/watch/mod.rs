@@ -18,6 +18,7 @@ mod listed;
 mod namespaces;
 mod protobuf_watch;
 pub mod served;
+mod wire_list;
 mod workload_refs;
 mod workloads;
 

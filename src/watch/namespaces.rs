@@ -19,7 +19,7 @@ use crate::shard::ListMark;
 
 use super::context::{SyncGate, WatchContext, WatchError, watch_error, watch_streams};
 use super::driver::{IndexVerbs, drive};
-use super::protobuf_watch::Decode;
+use crate::protobuf::Decode;
 use crate::protobuf::FromProtobuf;
 
 pub(super) async fn run(ctx: Arc<WatchContext>, gate: SyncGate) -> Result<(), WatchError> {

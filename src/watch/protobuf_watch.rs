@@ -9,7 +9,6 @@
 //! ([`with_json_fallback`]); under `protobuf` it is an error, retried with backoff and logged.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,10 +32,8 @@ use serde::de::DeserializeOwned;
 
 use super::context::{TaggedWatch, WatchContext};
 use crate::config::WireFormat;
-use crate::protobuf::{self, DecodeError, EventType, MEDIA_TYPE, RawEvent};
-
-/// Decodes one object of the watched kind (no envelope).
-pub(super) type Decode<T> = Arc<dyn Fn(Bytes) -> Result<T, DecodeError> + Send + Sync>;
+use crate::handover::gains::ListedPage;
+use crate::protobuf::{self, Decode, DecodeError, EventType, MEDIA_TYPE, RawEvent};
 
 /// A frame bigger than this is not an object the API server would store (etcd's limit is
 /// 1.5 MiB); it ends the watch as an error rather than growing the buffer without bound.
@@ -396,8 +393,32 @@ impl<T> ProtobufApi<T> {
             .request
             .list(params)
             .map_err(kube::Error::BuildRequest)?;
+        self.list_sent(request).await
+    }
+
+    async fn list_sent(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<protobuf::ListPage, kube::Error> {
         let body = self.send(request).await?.collect_bytes().await?;
         protobuf::list_page(body).map_err(|e| kube::Error::Service(Box::new(e)))
+    }
+
+    /// One page of a one-shot LIST (`request`, built by the caller), its objects decoded (one
+    /// that cannot be read is logged and skipped, as in a watch).
+    pub(super) async fn list_page(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<ListedPage<T>, kube::Error> {
+        let page = self.list_sent(request).await?;
+        Ok(ListedPage {
+            items: page
+                .items
+                .into_iter()
+                .filter_map(|o| self.object(o))
+                .collect(),
+            continue_token: page.continue_token,
+        })
     }
 
     async fn watch(&self, params: &WatchParams, version: &str) -> Result<Frames, kube::Error> {

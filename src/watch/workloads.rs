@@ -17,8 +17,7 @@ use super::context::{
     SyncGate, WatchContext, WatchError, dynamic_apis, scope_len, stream_namespaces, watch_error,
 };
 use super::driver::{IndexVerbs, drive};
-use super::protobuf_watch::Decode;
-use crate::protobuf;
+use crate::protobuf::workload_decoder;
 use crate::resources::OptionalApi;
 
 pub(super) fn spawn_all(
@@ -65,9 +64,7 @@ async fn watch_kind(
     config: watcher::Config,
 ) -> Result<(), WatchError> {
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
-    let decode: Option<Decode<WorkloadObject>> = protobuf::speaks_protobuf(kind)
-        .then(|| Arc::new(move |object| protobuf::workload(kind, object)) as Decode<_>);
-    let stream = ctx.wire_streams(kind.as_str(), apis, config, decode);
+    let stream = ctx.wire_streams(kind.as_str(), apis, config, workload_decoder(kind));
     let mut verbs = WorkloadVerbs {
         ctx: ctx.clone(),
         kind,

@@ -62,6 +62,8 @@ struct Faults {
     /// one object by name, such as the halts ConfigMap's, nor the streaming-list probe, which
     /// selects nothing).
     formats_asked: Mutex<std::collections::BTreeSet<(String, bool)>>,
+    /// (namespace, resource, asked for protobuf) of every LIST inside a namespace.
+    namespaced_lists: Mutex<std::collections::BTreeSet<(String, String, bool)>>,
 }
 
 /// Writes (PATCH) of one resource in some namespaces answered 429 with `Retry-After`.
@@ -90,6 +92,7 @@ impl FaultProxy {
             throttled_count: AtomicU64::new(0),
             refuse_protobuf: Mutex::new(None),
             formats_asked: Default::default(),
+            namespaced_lists: Default::default(),
         });
         let proxy = ApiProxy::start("fault-proxy", super::client().await, faults.clone())
             .await
@@ -161,6 +164,16 @@ impl FaultProxy {
         self.faults.formats_asked.lock().unwrap().clone()
     }
 
+    /// (resource, asked for protobuf) of every LIST inside `namespace` so far.
+    pub fn lists_in(&self, namespace: &str) -> std::collections::BTreeSet<(String, bool)> {
+        let lists = self.faults.namespaced_lists.lock().unwrap();
+        lists
+            .iter()
+            .filter(|(ns, _, _)| ns == namespace)
+            .map(|(_, resource, protobuf)| (resource.clone(), *protobuf))
+            .collect()
+    }
+
     /// How many requests the throttle has answered 429 so far.
     pub fn throttled(&self) -> u64 {
         self.faults.throttled_count.load(Ordering::Relaxed)
@@ -189,6 +202,10 @@ impl Hooks for Faults {
                 .is_some_and(|a| a.contains("protobuf"));
             let asked = (call.resource.clone(), protobuf);
             self.formats_asked.lock().unwrap().insert(asked);
+            if let (Some(ns), "list") = (&call.namespace, call.verb.as_str()) {
+                let list = (ns.clone(), call.resource.clone(), protobuf);
+                self.namespaced_lists.lock().unwrap().insert(list);
+            }
         }
         if self.refuses_streaming(call) || self.should_fail(call) {
             return Some(injected_failure());
