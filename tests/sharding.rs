@@ -687,6 +687,19 @@ async fn after_a_compaction_a_restarted_replica_rolls_what_was_written_and_not_w
     );
 }
 
+/// Whether a change of `ns` in `after` left its hash on the workload.
+fn later_change_written(
+    after: &[(String, u32, Instant)],
+    ns: &str,
+    seen: &HashMap<String, Vec<String>>,
+) -> bool {
+    let written = seen.get(ns);
+    after.iter().filter(|(n, _, _)| n == ns).any(|(_, v, _)| {
+        let hash = configmap_hash(&[("v", &v.to_string())]);
+        written.is_some_and(|h| h.contains(&hash))
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_1_4_1_under_continuous_changes_misses_nothing_and_duplicates_nothing() {
     let _serial = SERIAL.lock().await;
@@ -811,10 +824,15 @@ async fn scaling_1_4_1_under_continuous_changes_misses_nothing_and_duplicates_no
         let coalescible = next.is_some_and(|t| t.duration_since(*at) < Duration::from_secs(2));
         let hash = configmap_hash(&[("v", &v.to_string())]);
         if !coalescible && !seen.get(ns).is_some_and(|h| h.contains(&hash)) {
-            missed.push((ns.clone(), *v));
+            // What tells a lost reload from one coalesced into a later change.
+            let gap = next.map(|t| t.duration_since(*at));
+            let later = later_change_written(&history[k + 1..], ns, &seen);
+            missed.push(format!(
+                "{ns} v{v}: next change after {gap:?}, a later change's hash written: {later}"
+            ));
         }
     }
-    assert!(missed.is_empty(), "changes never reloaded: {missed:?}");
+    assert!(missed.is_empty(), "changes never reloaded: {missed:#?}");
     eprintln!(
         "{changes} config changes, {total} rollouts across scale 1 -> 4 -> 1, none missed, no duplicate"
     );
