@@ -627,7 +627,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             workload.kind = %entry.key.kind,
             workload.namespace = %entry.key.namespace,
             workload.name = %entry.key.name,
-            strategy = self.settings.strategy.as_str(),
+            strategy = self.settings.strategy_for(entry.key.kind).as_str(),
             decision = reason.as_str(),
             result = tracing::field::Empty,
             coalesced_with = tracing::field::Empty,

@@ -4,6 +4,8 @@
 //! rollout), then the edges. The data path and each module's concern: docs/architecture.md.
 
 // Shared leaves: identities, Kubernetes resources, Go-format values, span attributes.
+/// Kinds declared with `--custom-kind`: resources with a pod template somewhere.
+pub mod custom_kinds;
 /// Booleans and durations as Reloader's Go flags and annotations write them.
 pub mod go_values;
 /// Plain identities (config and workload keys, kinds) every stage shares.

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::custom_kinds::{CustomKind, CustomKindId};
+
 /// The kinds of configuration whose changes roll workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -63,7 +65,7 @@ impl Counted {
 }
 
 /// The workload kinds kube-reloader can roll (serialized as their Kubernetes `kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WorkloadKind {
     Deployment,
     StatefulSet,
@@ -72,10 +74,12 @@ pub enum WorkloadKind {
     Job,
     Rollout,
     DeploymentConfig,
+    /// A kind declared with `--custom-kind` (`crate::custom_kinds`).
+    Custom(CustomKindId),
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 7] = [
+    pub const BUILT_IN: [WorkloadKind; 7] = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,
         WorkloadKind::DaemonSet,
@@ -84,6 +88,25 @@ impl WorkloadKind {
         WorkloadKind::Rollout,
         WorkloadKind::DeploymentConfig,
     ];
+
+    /// The built-in kinds and every declared custom kind.
+    pub fn all() -> Vec<WorkloadKind> {
+        let custom = crate::custom_kinds::registered().map(WorkloadKind::Custom);
+        Self::BUILT_IN.into_iter().chain(custom).collect()
+    }
+
+    /// The kind named `name` (its Kubernetes `kind`), built in or declared.
+    pub fn named(name: &str) -> Option<WorkloadKind> {
+        Self::all().into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// Its declaration, for a custom kind.
+    pub fn custom(self) -> Option<&'static CustomKind> {
+        match self {
+            WorkloadKind::Custom(id) => Some(id.get()),
+            _ => None,
+        }
+    }
 
     /// The Kubernetes `kind` (also the reference's `ResourceType`).
     pub fn as_str(self) -> &'static str {
@@ -95,6 +118,7 @@ impl WorkloadKind {
             WorkloadKind::Job => "Job",
             WorkloadKind::Rollout => "Rollout",
             WorkloadKind::DeploymentConfig => "DeploymentConfig",
+            WorkloadKind::Custom(id) => id.get().kind.as_str(),
         }
     }
 
@@ -102,8 +126,15 @@ impl WorkloadKind {
     pub fn pod_template_pointer(self) -> &'static str {
         match self {
             WorkloadKind::CronJob => "/spec/jobTemplate/spec/template",
+            WorkloadKind::Custom(id) => id.get().template.as_str(),
             _ => "/spec/template",
         }
+    }
+}
+
+impl serde::Serialize for WorkloadKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 

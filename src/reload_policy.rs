@@ -287,6 +287,20 @@ pub fn restart_by_of(
     )
 }
 
+/// As [`restart_by_of`] for a workload of `kind`: without the annotation, a kind declared with
+/// `reload-by=eviction` is restarted by eviction.
+pub fn restart_by_for(
+    kind: crate::model::WorkloadKind,
+    keys: &AnnotationKeys,
+    metadata: &BTreeMap<String, String>,
+) -> (RestartBy, Option<PolicyProblem>) {
+    let declared = kind.custom().and_then(|c| c.reload_by);
+    match (metadata.contains_key(&keys.restart_by), declared) {
+        (false, Some(crate::custom_kinds::ReloadBy::Eviction)) => (RestartBy::Eviction, None),
+        _ => restart_by_of(keys, metadata),
+    }
+}
+
 /// A value among `choices` (trimmed; absent reads as ""), or the first choice with the problem
 /// `unknown` makes of it.
 fn choice_of<T: Copy>(

@@ -286,9 +286,7 @@ impl HeldReload {
 
     /// The workload; `None` for a kind this release does not know.
     pub fn workload(&self) -> Option<WorkloadKey> {
-        let kind = WorkloadKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == self.kind)?;
+        let kind = WorkloadKind::named(&self.kind)?;
         Some(WorkloadKey::new(kind, &self.namespace, &self.name))
     }
 

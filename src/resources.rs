@@ -25,6 +25,13 @@ pub fn api_resource(kind: WorkloadKind) -> ApiResource {
             &GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig"),
             "deploymentconfigs",
         ),
+        WorkloadKind::Custom(id) => {
+            let declared = id.get();
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(&declared.group, &declared.version, &declared.kind),
+                &declared.plural,
+            )
+        }
     }
 }
 
@@ -59,6 +66,14 @@ impl OptionalApi {
         match kind {
             WorkloadKind::Rollout => Some(Self::ARGO_ROLLOUTS),
             WorkloadKind::DeploymentConfig => Some(Self::DEPLOYMENT_CONFIGS),
+            WorkloadKind::Custom(id) => {
+                let declared = id.get();
+                Some(OptionalApi {
+                    group_version: &declared.api_version,
+                    resource: &declared.plural,
+                    feature: &declared.feature,
+                })
+            }
             _ => None,
         }
     }
@@ -139,7 +154,7 @@ mod tests {
 
     #[test]
     fn each_crd_backed_kind_has_its_api_and_built_in_kinds_have_none() {
-        for kind in WorkloadKind::ALL {
+        for kind in WorkloadKind::BUILT_IN {
             let api = OptionalApi::of_workload(kind);
             let crd_backed = matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig);
             assert_eq!(api.is_some(), crd_backed, "{kind:?}");

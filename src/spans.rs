@@ -31,7 +31,7 @@ pub fn workload_name_key(kind: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::DaemonSet => Some("k8s.daemonset.name"),
         WorkloadKind::CronJob => Some("k8s.cronjob.name"),
         WorkloadKind::Job => Some("k8s.job.name"),
-        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => None,
+        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig | WorkloadKind::Custom(_) => None,
     }
 }
 
@@ -106,7 +106,7 @@ mod tests {
             Some("k8s.cronjob.name")
         );
         assert_eq!(workload_name_key(WorkloadKind::Rollout), None);
-        let named = WorkloadKind::ALL
+        let named = WorkloadKind::BUILT_IN
             .iter()
             .filter(|k| workload_name_key(**k).is_some())
             .count();

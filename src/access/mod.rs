@@ -310,7 +310,7 @@ fn config_rules(settings: &Settings, rules: &mut Rules<'_>) {
 }
 
 fn workload_rules(settings: &Settings, rules: &mut Rules<'_>) {
-    for kind in WorkloadKind::ALL
+    for kind in WorkloadKind::all()
         .into_iter()
         .filter(|k| settings.handles_workload(*k))
     {
@@ -457,6 +457,7 @@ pub fn group_resource(kind: WorkloadKind) -> (&'static str, &'static str) {
         WorkloadKind::Job => ("batch", "jobs"),
         WorkloadKind::Rollout => ("argoproj.io", "rollouts"),
         WorkloadKind::DeploymentConfig => ("apps.openshift.io", "deploymentconfigs"),
+        WorkloadKind::Custom(id) => (&id.get().group, &id.get().plural),
     }
 }
 

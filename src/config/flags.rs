@@ -79,6 +79,13 @@ pub struct Flags {
     #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_delimiter = ',')]
     pub ignored_workload_types: Vec<String>,
 
+    /// Roll a custom kind whose objects hold a pod template (repeatable; `;` between
+    /// declarations in the env var): `<group>/<version>/<Kind>[,resource=<plural>]
+    /// [,template=<JSON pointer>][,reload-by=annotations|env-vars|eviction]
+    /// [,selector=<JSON pointer>|,pod-label=<label key>]` (docs/custom-kinds.md).
+    #[arg(long, env = "CUSTOM_KINDS", value_delimiter = ';')]
+    pub custom_kind: Vec<String>,
+
     /// Roll Argo Rollouts (argoproj.io/v1alpha1).
     #[arg(long = "is-Argo-Rollouts", env = "IS_ARGO_ROLLOUTS", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub is_argo_rollouts: bool,

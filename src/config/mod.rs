@@ -81,6 +81,8 @@ pub struct Settings {
     pub ignored_workloads: Vec<WorkloadKind>,
     pub argo_rollouts: bool,
     pub openshift: bool,
+    /// `--custom-kind`: the declared kinds this controller rolls (registered process-wide).
+    pub custom_kinds: Vec<crate::custom_kinds::CustomKindId>,
     pub csi_integration: bool,
     pub webhook_url: Option<String>,
     pub min_reload_interval: Duration,
@@ -142,7 +144,18 @@ impl Settings {
         match kind {
             WorkloadKind::Rollout => self.argo_rollouts,
             WorkloadKind::DeploymentConfig => self.openshift,
+            WorkloadKind::Custom(id) => self.custom_kinds.contains(&id),
             other => !self.ignored_workloads.contains(&other),
+        }
+    }
+
+    /// How `kind`'s templates are edited: as its declaration says, else `--reload-strategy`.
+    pub fn strategy_for(&self, kind: WorkloadKind) -> ReloadStrategy {
+        use crate::custom_kinds::ReloadBy;
+        match kind.custom().and_then(|c| c.reload_by) {
+            Some(ReloadBy::Annotations) => ReloadStrategy::Annotations,
+            Some(ReloadBy::EnvVars) => ReloadStrategy::EnvVars,
+            Some(ReloadBy::Eviction) | None => self.strategy,
         }
     }
 
@@ -163,7 +176,7 @@ impl Settings {
     /// Workload kinds found by LIST rather than watched (RBAC, or `--list-workloads`).
     pub fn listed_workload_kinds(&self) -> std::collections::BTreeSet<WorkloadKind> {
         match self.list_workloads {
-            true => WorkloadKind::ALL
+            true => WorkloadKind::all()
                 .into_iter()
                 .filter(|k| self.handles_workload(*k))
                 .collect(),
@@ -224,6 +237,7 @@ impl TryFrom<Flags> for Settings {
         let (tenant_label, per_tenant_rate) = tenancy(&f)?;
 
         let shard = shard_settings(&f)?;
+        let custom_kinds = custom_kinds(&f.custom_kind)?;
 
         Ok(Settings {
             keys: AnnotationKeys::from_flags(&f),
@@ -240,6 +254,7 @@ impl TryFrom<Flags> for Settings {
             ignored_workloads,
             argo_rollouts: f.is_argo_rollouts,
             openshift: f.is_openshift,
+            custom_kinds,
             csi_integration: f.enable_csi_integration,
             webhook_url: f.webhook_url.filter(|u| !u.trim().is_empty()),
             min_reload_interval: f.min_reload_interval,
@@ -277,6 +292,35 @@ impl TryFrom<Flags> for Settings {
             }),
         })
     }
+}
+
+/// `--custom-kind`: each declaration parsed and registered. A declared kind may not take a
+/// built-in kind's name, nor another declared kind's: kept reloads and metrics name kinds by it.
+fn custom_kinds(
+    declarations: &[String],
+) -> Result<Vec<crate::custom_kinds::CustomKindId>, ConfigError> {
+    use crate::custom_kinds::{CustomKind, register};
+    let mut ids: Vec<crate::custom_kinds::CustomKindId> = Vec::new();
+    for declaration in declarations.iter().filter(|d| !d.trim().is_empty()) {
+        let declared =
+            CustomKind::parse(declaration).map_err(|e| invalid("custom-kind", e.to_string()))?;
+        let taken = WorkloadKind::BUILT_IN
+            .iter()
+            .map(|k| k.as_str())
+            .chain(ids.iter().map(|id| id.get().kind.as_str()))
+            .any(|name| name == declared.kind);
+        if taken {
+            return Err(invalid(
+                "custom-kind",
+                format!(
+                    "'{declaration}': a workload kind named {} is already rolled",
+                    declared.kind
+                ),
+            ));
+        }
+        ids.push(register(declared).map_err(|e| invalid("custom-kind", e.to_string()))?);
+    }
+    Ok(ids)
 }
 
 fn reload_strategy(value: &str) -> Result<ReloadStrategy, ConfigError> {

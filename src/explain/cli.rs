@@ -286,7 +286,7 @@ async fn lint_all(
             keys,
         ));
     }
-    for kind in WorkloadKind::ALL {
+    for kind in WorkloadKind::all() {
         for object in gather::workloads(client, kind, namespace).await? {
             let view = match WorkloadView::from_object(kind, &object, &settings.keys) {
                 Ok(v) => v,

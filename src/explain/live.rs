@@ -219,9 +219,10 @@ pub struct LiveExplainer {
 /// Parses `kind` as the Kubernetes kind, case-insensitively, or its plural.
 pub fn parse_workload_kind(kind: &str) -> Option<WorkloadKind> {
     let lower = kind.to_ascii_lowercase();
-    WorkloadKind::ALL.into_iter().find(|k| {
+    WorkloadKind::all().into_iter().find(|k| {
         let name = k.as_str().to_ascii_lowercase();
-        lower == name || lower == format!("{name}s")
+        let plural = crate::resources::api_resource(*k).plural;
+        lower == name || lower == format!("{name}s") || lower == plural
     })
 }
 

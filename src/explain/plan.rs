@@ -55,7 +55,7 @@ pub async fn plan(
     let meta = namespace_meta(client, namespace).await;
     let tenant = tenant_of(settings, namespace, &meta);
     let mut workloads = Vec::new();
-    for workload_kind in WorkloadKind::ALL {
+    for workload_kind in WorkloadKind::all() {
         for object in gather::workloads(client, workload_kind, Some(namespace)).await? {
             if let Some(mut w) = planned(settings, &facts, workload_kind, &object, kind, name) {
                 w.tenant.clone_from(&tenant);

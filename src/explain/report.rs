@@ -361,7 +361,8 @@ pub fn config_report(
         Verdict::No(r) => (false, r.as_str()),
     };
     let explicit = matches!(verdict, Verdict::Reload(ReloadReason::ExplicitList));
-    let container = (reload && ctx.settings.strategy == ReloadStrategy::EnvVars)
+    let strategy = ctx.settings.strategy_for(entry.key.kind);
+    let container = (reload && strategy == ReloadStrategy::EnvVars)
         .then_some(ctx.spec)
         .flatten()
         .and_then(|spec| {
@@ -497,7 +498,7 @@ pub fn explain(
         kind: entry.key.kind,
         namespace: entry.key.namespace.to_string(),
         name: entry.key.name.to_string(),
-        strategy: ctx.settings.strategy.as_str(),
+        strategy: ctx.settings.strategy_for(entry.key.kind).as_str(),
         auto_reload_all: ctx.settings.auto_reload_all,
         precise_keys: ctx.settings.precise_keys,
         policy: policy_report(entry),

@@ -136,7 +136,7 @@ impl<'a, W: Watches> Indexing<'a, W> {
 
     /// Every handled workload kind in `target`, keeping `wanted`'s.
     async fn list_workloads(&self, target: &ListTarget, wanted: &HashSet<&str>) {
-        for kind in WorkloadKind::ALL
+        for kind in WorkloadKind::all()
             .into_iter()
             .filter(|k| self.watches.lists_workloads(*k))
         {

@@ -160,7 +160,8 @@ fn entry_from_parts(
         .as_ref()
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
-    let policy = ReloadPolicy::parse(keys, metadata, &template_annotations);
+    let mut policy = ReloadPolicy::parse(keys, metadata, &template_annotations);
+    policy.restart_by = crate::reload_policy::restart_by_for(kind, keys, metadata).0;
     let no_spec = PodSpec::default();
     let spec = template.spec.as_ref().unwrap_or(&no_spec);
 

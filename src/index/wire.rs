@@ -59,19 +59,84 @@ pub enum TemplateError {
     Protobuf(String),
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default)]
 struct WorkloadSpec {
     /// Any JSON: only `true` means paused (what Kubernetes and Reloader read).
-    #[serde(default)]
     paused: Option<serde_json::Value>,
-    #[serde(default)]
     template: Option<Box<RawValue>>,
-    #[serde(default)]
     job_template: Option<JobTemplate>,
     /// An Argo Rollout's `spec.workloadRef`: its pod template lives in that workload.
-    #[serde(default)]
     workload_ref: Option<WorkloadRef>,
+    /// Fields of `spec` under which a declared custom kind keeps its pod template
+    /// (`jobTargetRef` of `/spec/jobTargetRef/template`), raw; empty for every other kind.
+    declared: Vec<(Box<str>, Box<RawValue>)>,
+}
+
+/// The fields of a workload's `spec` the index reads.
+enum SpecField {
+    Paused,
+    Template,
+    JobTemplate,
+    WorkloadRef,
+    Declared(Box<str>),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for SpecField {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = SpecField;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<SpecField, E> {
+                Ok(match name {
+                    "paused" => SpecField::Paused,
+                    "template" => SpecField::Template,
+                    "jobTemplate" => SpecField::JobTemplate,
+                    "workloadRef" => SpecField::WorkloadRef,
+                    other if crate::custom_kinds::is_template_field(other) => {
+                        SpecField::Declared(other.into())
+                    }
+                    _ => SpecField::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(Name)
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkloadSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = WorkloadSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a workload's spec")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<WorkloadSpec, A::Error> {
+                let mut spec = WorkloadSpec::default();
+                while let Some(field) = map.next_key::<SpecField>()? {
+                    match field {
+                        SpecField::Paused => spec.paused = map.next_value()?,
+                        SpecField::Template => spec.template = map.next_value()?,
+                        SpecField::JobTemplate => spec.job_template = map.next_value()?,
+                        SpecField::WorkloadRef => spec.workload_ref = map.next_value()?,
+                        SpecField::Declared(name) => spec.declared.push((name, map.next_value()?)),
+                        SpecField::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(spec)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -122,16 +187,65 @@ impl WorkloadObject {
             let decoded = (template.decode)(template.bytes.clone());
             return decoded.map(Some).map_err(TemplateError::Protobuf);
         }
+        if let Some(declared) = kind
+            .custom()
+            .filter(|c| !c.template_within_field().is_empty())
+        {
+            return self.declared_pod_template(declared);
+        }
         let parsed = self.pod_template_json(kind).map(serde_json::from_str);
         Ok(parsed.transpose()?)
+    }
+
+    /// A declared kind's template deeper inside a field of `spec` than the field itself.
+    fn declared_pod_template(
+        &self,
+        declared: &crate::custom_kinds::CustomKind,
+    ) -> Result<Option<PodTemplateSpec>, TemplateError> {
+        let Some(raw) = self.declared_field(declared.template_field()) else {
+            return Ok(None);
+        };
+        let field: serde_json::Value = serde_json::from_str(raw.get())?;
+        let template = field.pointer(declared.template_within_field());
+        let template = template
+            .filter(|t| !t.is_null())
+            .map(PodTemplateSpec::deserialize);
+        Ok(template.transpose()?)
+    }
+
+    fn declared_field(&self, name: &str) -> Option<&RawValue> {
+        let spec = self.spec.as_ref()?;
+        if name == "template" {
+            return spec.template.as_deref();
+        }
+        let found = spec
+            .declared
+            .iter()
+            .rev()
+            .find(|(field, _)| &**field == name);
+        found.map(|(_, raw)| &**raw)
     }
 
     /// The pod template's JSON text, where `kind` keeps it (a CronJob's is one level deeper).
     pub fn pod_template_json(&self, kind: WorkloadKind) -> Option<&str> {
         let spec = self.spec.as_ref()?;
         let raw = match kind {
-            WorkloadKind::CronJob => spec.job_template.as_ref()?.spec.as_ref()?.template.as_ref(),
-            _ => spec.template.as_ref(),
+            WorkloadKind::CronJob => spec
+                .job_template
+                .as_ref()?
+                .spec
+                .as_ref()?
+                .template
+                .as_deref(),
+            // A declared kind's template is its `spec` field, or deeper (read by `pod_template`).
+            WorkloadKind::Custom(id) => {
+                let declared = id.get();
+                match declared.template_within_field().is_empty() {
+                    true => self.declared_field(declared.template_field()),
+                    false => None,
+                }
+            }
+            _ => spec.template.as_deref(),
         }?;
         Some(raw.get()).filter(|text| *text != "null")
     }
@@ -366,5 +480,63 @@ mod workload_ref_tests {
             resolved.pod_template_json(WorkloadKind::Rollout),
             deployment.pod_template_json(WorkloadKind::Deployment)
         );
+    }
+}
+
+#[cfg(test)]
+mod declared_kind_tests {
+    use super::*;
+    use crate::custom_kinds::{CustomKind, register};
+
+    fn declared(declaration: &str) -> WorkloadKind {
+        WorkloadKind::Custom(register(CustomKind::parse(declaration).unwrap()).unwrap())
+    }
+
+    fn decoded(text: &str) -> WorkloadObject {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_declared_kinds_template_is_read_where_it_was_declared() {
+        let scaled_job = declared(
+            "keda.sh/v1alpha1/ScaledJob,resource=scaledjobs,template=/spec/jobTargetRef/template",
+        );
+        let object = decoded(
+            r#"{"metadata": {"name": "q", "namespace": "ns"},
+                "spec": {"pollingInterval": 30, "jobTargetRef": {"parallelism": 1,
+                  "template": {"spec": {"containers": [{"name": "worker",
+                    "envFrom": [{"configMapRef": {"name": "queue"}}]}]}}}}}"#,
+        );
+        let template = object.pod_template(scaled_job).unwrap().unwrap();
+        let containers = template.spec.unwrap().containers;
+        assert_eq!(containers[0].name, "worker");
+        // The same object read as a built-in kind has no template at spec.template.
+        assert!(
+            object
+                .pod_template(WorkloadKind::Deployment)
+                .unwrap()
+                .is_none()
+        );
+
+        let knative = declared("serving.knative.dev/v1/Service");
+        let service = decoded(
+            r#"{"metadata": {"name": "hello", "namespace": "ns"},
+                "spec": {"template": {"metadata": {"annotations": {"a": "b"}},
+                  "spec": {"containerConcurrency": 10, "containers": [{"image": "x"}]}}}}"#,
+        );
+        let template = service.pod_template(knative).unwrap().unwrap();
+        assert_eq!(
+            template.spec.unwrap().containers[0].image.as_deref(),
+            Some("x")
+        );
+    }
+
+    #[test]
+    fn a_declared_kind_without_its_template_has_none() {
+        let kind = declared("example.com/v1/Runner,template=/spec/runner/pod/template");
+        let object = decoded(r#"{"metadata": {"name": "r"}, "spec": {"runner": {"pod": {}}}}"#);
+        assert!(object.pod_template(kind).unwrap().is_none());
+        let object = decoded(r#"{"metadata": {"name": "r"}, "spec": {}}"#);
+        assert!(object.pod_template(kind).unwrap().is_none());
     }
 }

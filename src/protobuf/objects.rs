@@ -166,7 +166,7 @@ pub fn workload(kind: WorkloadKind, object: Bytes) -> Result<WorkloadObject, Dec
             let template = w.spec.and_then(|s| s.job_template?.spec?.template);
             (w.metadata, template, false)
         }),
-        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => {
+        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig | WorkloadKind::Custom(_) => {
             return Err(DecodeError::CustomResource(kind));
         }
     }?;
@@ -181,7 +181,10 @@ pub fn workload(kind: WorkloadKind, object: Bytes) -> Result<WorkloadObject, Dec
 
 /// Whether the API server serves `kind` in protobuf (built-in kinds; custom resources never).
 pub fn speaks_protobuf(kind: WorkloadKind) -> bool {
-    !matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig)
+    !matches!(
+        kind,
+        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig | WorkloadKind::Custom(_)
+    )
 }
 
 /// Decodes one object of a kind (no envelope), for a list or watch read in protobuf.

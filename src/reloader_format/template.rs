@@ -55,8 +55,12 @@ impl EnvPlacement {
             | WorkloadKind::DaemonSet
             | WorkloadKind::StatefulSet
             | WorkloadKind::DeploymentConfig => EnvPlacement::First,
-            // Rollouts are updated whole, Jobs created.
-            WorkloadKind::Rollout | WorkloadKind::CronJob | WorkloadKind::Job => EnvPlacement::Last,
+            // Rollouts are updated whole, Jobs created; declared kinds (which Reloader does not
+            // roll) get the var appended.
+            WorkloadKind::Rollout
+            | WorkloadKind::CronJob
+            | WorkloadKind::Job
+            | WorkloadKind::Custom(_) => EnvPlacement::Last,
         }
     }
 

@@ -122,9 +122,9 @@ async fn pods_of(
     key: &WorkloadKey,
     object: &DynamicObject,
 ) -> Result<Vec<PodView>, WriteError> {
-    let selector = selector_of(key.kind, &object.data).ok_or_else(|| {
+    let selector = selector_of(key.kind, &object.data, &key.name).ok_or_else(|| {
         WriteError::Permanent(format!(
-            "{key} has no usable spec.selector: its pods cannot be told apart for eviction"
+            "{key} has no usable pod selector: its pods cannot be told apart for eviction"
         ))
     })?;
     let list = pods
@@ -134,8 +134,18 @@ async fn pods_of(
     Ok(list.items.iter().filter_map(pod_view).collect())
 }
 
-fn selector_of(kind: WorkloadKind, data: &Value) -> Option<Selector> {
-    let raw = data.pointer("/spec/selector")?;
+fn selector_of(kind: WorkloadKind, data: &Value, name: &str) -> Option<Selector> {
+    use crate::custom_kinds::PodSelection;
+    let pointer = match kind.custom().map(|c| &c.pods) {
+        // A declared kind whose pods carry its name in a label (Knative's
+        // serving.knative.dev/service).
+        Some(PodSelection::NameLabel(label)) => {
+            return Some([(label.clone(), name.to_string())].into_iter().collect());
+        }
+        Some(PodSelection::Selector(pointer)) => pointer.as_str(),
+        None => "/spec/selector",
+    };
+    let raw = data.pointer(pointer)?;
     let selector = match kind {
         // A DeploymentConfig's selector is a plain label map.
         WorkloadKind::DeploymentConfig => {
@@ -183,14 +193,32 @@ mod tests {
     #[test]
     fn selectors_of_each_shape_and_no_empty_one() {
         let deployment = json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}});
-        let s = selector_of(WorkloadKind::Deployment, &deployment).unwrap();
+        let s = selector_of(WorkloadKind::Deployment, &deployment, "web").unwrap();
         assert_eq!(s.to_string(), "app=web");
         let dc = json!({"spec": {"selector": {"app": "legacy"}}});
-        let s = selector_of(WorkloadKind::DeploymentConfig, &dc).unwrap();
+        let s = selector_of(WorkloadKind::DeploymentConfig, &dc, "dc").unwrap();
         assert_eq!(s.to_string(), "app=legacy");
         let empty = json!({"spec": {"selector": {}}});
-        assert!(selector_of(WorkloadKind::Deployment, &empty).is_none());
-        assert!(selector_of(WorkloadKind::StatefulSet, &json!({"spec": {}})).is_none());
+        assert!(selector_of(WorkloadKind::Deployment, &empty, "web").is_none());
+        assert!(selector_of(WorkloadKind::StatefulSet, &json!({"spec": {}}), "db").is_none());
+    }
+
+    #[test]
+    fn a_declared_kind_finds_its_pods_by_its_label_or_its_selector() {
+        use crate::custom_kinds::{CustomKind, register};
+        let declare =
+            |d: &str| WorkloadKind::Custom(register(CustomKind::parse(d).unwrap()).unwrap());
+        let knative =
+            declare("serving.knative.dev/v1/Service,pod-label=serving.knative.dev/service");
+        let s = selector_of(knative, &json!({"spec": {}}), "hello").unwrap();
+        assert_eq!(s.to_string(), "serving.knative.dev/service=hello");
+        let nodeset = declare("slinky.slurm.net/v1alpha1/NodeSet,selector=/spec/podSelector");
+        let data = json!({"spec": {"podSelector": {"matchLabels": {"set": "gpu"}}}});
+        assert_eq!(
+            selector_of(nodeset, &data, "gpu").unwrap().to_string(),
+            "set=gpu"
+        );
+        assert!(selector_of(nodeset, &json!({"spec": {}}), "gpu").is_none());
     }
 
     #[test]

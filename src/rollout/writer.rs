@@ -30,7 +30,7 @@ use crate::model::{ConfigKey, WorkloadKey, WorkloadKind};
 use crate::pod_restart::{IN_PLACE_UNSUPPORTED, RestartBy, evicts_for};
 use crate::reload_policy::{
     CronJobReloadStrategy, RolloutStrategy, cronjob_reload_strategy_of, pause_period_of,
-    restart_by_of, rollout_strategy_of,
+    restart_by_for, rollout_strategy_of,
 };
 use crate::reloader_format::template::{
     EnvPlacement, TemplateChange, edit_template, json_patch_ops,
@@ -188,7 +188,7 @@ impl KubeWriter {
             None => return Ok(WriteOutcome::Dropped("workload vanished")),
         };
         let now = jiff::Timestamp::now();
-        let restart_by = self.restart_by(&read.0.metadata);
+        let restart_by = self.restart_by(key.kind, &read.0.metadata);
         if restart_by != RestartBy::Template {
             return self.restart_pods(&api, key, read, restart_by, turn).await;
         }
@@ -206,7 +206,7 @@ impl KubeWriter {
         match step {
             Step::Done(outcome) => Ok(outcome),
             Step::Written { uid, configs } => {
-                let strategy = self.settings.strategy.as_str();
+                let strategy = self.settings.strategy_for(key.kind).as_str();
                 self.announce_reloaded(key, uid, &configs, strategy).await;
                 Ok(WriteOutcome::Reloaded)
             }
@@ -259,9 +259,9 @@ impl KubeWriter {
         }
     }
 
-    fn restart_by(&self, meta: &ObjectMeta) -> RestartBy {
+    fn restart_by(&self, kind: WorkloadKind, meta: &ObjectMeta) -> RestartBy {
         let annotations = meta.annotations.clone().unwrap_or_default();
-        restart_by_of(self.keys(), &annotations).0
+        restart_by_for(kind, self.keys(), &annotations).0
     }
 
     /// A Rollout whose template is a Deployment's (workloadRef) can only be restarted: its own
@@ -297,7 +297,7 @@ impl KubeWriter {
             &mut value,
             key.kind,
             EnvPlacement::of_write(key.kind, cronjob),
-            self.settings.strategy,
+            self.settings.strategy_for(key.kind),
             self.keys(),
             &template_changes,
             now.as_second(),
@@ -315,7 +315,7 @@ impl KubeWriter {
                 .iter()
                 .find(|c| c.change.config == change.config)
                 .map_or_else(std::time::Instant::now, |c| c.observed_at);
-            let marks = ours_after_edit(marks, change, self.settings.strategy);
+            let marks = ours_after_edit(marks, change, self.settings.strategy_for(key.kind));
             shadow.predicted(key, &change.config, marks, changed_at);
         }
         Ok(WriteOutcome::Predicted)
@@ -364,7 +364,7 @@ impl KubeWriter {
                 &mut value,
                 key.kind,
                 EnvPlacement::of_write(key.kind, cronjob),
-                self.settings.strategy,
+                self.settings.strategy_for(key.kind),
                 self.keys(),
                 template_changes,
                 now.as_second(),

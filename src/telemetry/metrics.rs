@@ -255,8 +255,11 @@ impl Metrics {
             "namespace",
         ]
         .into_iter()
-        .chain(crate::model::WorkloadKind::ALL.iter().map(|k| k.as_str()))
-        {
+        .chain(
+            crate::model::WorkloadKind::all()
+                .into_iter()
+                .map(|k| k.as_str()),
+        ) {
             let _ = self
                 .watch_restarts
                 .get_or_create(&ResourceLabel { resource: r.into() });

@@ -43,7 +43,7 @@ pub async fn discover(client: &Client, api: OptionalApi) -> Discovery {
 
 /// The optional APIs `settings` turn on (the controller watches them, lint checks them).
 pub fn optional_apis(settings: &Settings) -> Vec<OptionalApi> {
-    let workloads = WorkloadKind::ALL
+    let workloads = WorkloadKind::all()
         .into_iter()
         .filter(|k| settings.handles_workload(*k))
         .filter_map(OptionalApi::of_workload);

@@ -25,7 +25,7 @@ pub(super) fn spawn_all(
     tasks: &mut JoinSet<Result<(), WatchError>>,
     streaming_lists: bool,
 ) -> SyncGate {
-    let kinds: Vec<WorkloadKind> = WorkloadKind::ALL
+    let kinds: Vec<WorkloadKind> = WorkloadKind::all()
         .into_iter()
         .filter(|k| ctx.settings.handles_workload(*k))
         .collect();

@@ -79,6 +79,17 @@ pub fn assess(kind: WorkloadKind, obj: &Value) -> Health {
         }
         // A CronJob's next Job runs on its schedule: nothing to wait for.
         WorkloadKind::CronJob => Health::Healthy,
+        // A declared kind: its controller has seen the template, and its Ready condition (the
+        // convention Knative and most operators follow), where it has one, is not False.
+        WorkloadKind::Custom(_) => {
+            if observed < generation {
+                return Health::Progressing("its controller has not seen the new template".into());
+            }
+            match failed_condition(status, "Ready", "False") {
+                Some(reason) => Health::Progressing(format!("not Ready: {reason}")),
+                None => Health::Healthy,
+            }
+        }
     }
 }
 

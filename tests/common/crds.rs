@@ -56,6 +56,40 @@ pub async fn install(client: &Client, name: &str) {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating CRD {name}: {e}"),
     }
+    wait_served(client, &crd).await;
+}
+
+/// Knative Serving's Service and KEDA's ScaledJob, as their Go modules publish them
+/// (hack/custom-kind-crds.sh).
+pub const KNATIVE_SERVICES: &str = "services.serving.knative.dev";
+pub const KEDA_SCALED_JOBS: &str = "scaledjobs.keda.sh";
+
+/// Installs a CRD published in its project's Go module (`kubectl apply --server-side` of the
+/// YAML hack/custom-kind-crds.sh copies out of the module) and waits until it is served.
+pub async fn ensure_published(client: &Client, name: &str) {
+    if SERVED.lock().unwrap().contains(name) {
+        return;
+    }
+    let dir = super::helm::script_last_line("hack/custom-kind-crds.sh", &[]);
+    let file = format!("{dir}/{name}.yaml");
+    let out = super::helm::kubectl_admin(
+        &["apply", "--server-side", "--force-conflicts", "-f", &file],
+        None,
+    );
+    assert!(out.ok, "applying {file}: {}", out.stderr);
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = api
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading CRD {name}: {e}"));
+    wait_served(client, &crd).await;
+    SERVED.lock().unwrap().insert(name.to_string());
+}
+
+/// Waits until `crd` is Established and its resource served, in API discovery too.
+async fn wait_served(client: &Client, crd: &CustomResourceDefinition) {
+    let name = crd.metadata.name.as_deref().expect("a CRD has a name");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let timeout = Duration::from_secs(30);
     wait_for(&format!("CRD {name} to be Established"), timeout, || {
         let api = api.clone();

@@ -18,7 +18,7 @@ pub fn chart_dir() -> PathBuf {
 }
 
 /// Last stdout line of `bash <script> <args>`, panicking with its stderr on failure.
-fn script_last_line(script: &str, args: &[&str]) -> String {
+pub fn script_last_line(script: &str, args: &[&str]) -> String {
     let out = Command::new("bash")
         .arg(repo_root().join(script))
         .args(args)

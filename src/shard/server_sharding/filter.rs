@@ -36,17 +36,21 @@ const PARAMETER: &str = "shardSelector";
 /// The namespaced kinds whose cluster-wide lists and watches are sharded (plural names): the
 /// configs and workloads the controller indexes. Cluster-scoped kinds (Namespaces) have no
 /// namespace to hash; Leases and the assignment are read per namespace and never match.
-fn sharded_resources() -> &'static [String] {
-    static RESOURCES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    RESOURCES.get_or_init(|| {
+/// Declared custom kinds are looked up apart: they are registered at start, after the built-in
+/// list may have been read.
+fn is_sharded_resource(resource: &str) -> bool {
+    static BUILT_IN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let built_in = BUILT_IN.get_or_init(|| {
         let configs = ["configmaps".to_string(), "secrets".to_string()];
-        let workloads = WorkloadKind::ALL.map(|kind| api_resource(kind).plural);
+        let workloads = WorkloadKind::BUILT_IN.map(|kind| api_resource(kind).plural);
         configs
             .into_iter()
             .chain([spc_pod_status_resource().plural])
             .chain(workloads)
             .collect()
-    })
+    });
+    built_in.iter().any(|r| r == resource)
+        || crate::custom_kinds::registered().any(|id| id.get().plural == resource)
 }
 
 /// The selector this replica sends, published by the shard view and read by the layer.
@@ -98,7 +102,7 @@ pub fn is_sharded_collection(method: &http::Method, path: &str) -> bool {
         ["apis", _group, _version, resource] => resource,
         _ => return false,
     };
-    sharded_resources().iter().any(|r| r == resource)
+    is_sharded_resource(resource)
 }
 
 /// What `selector` must escape in a query value (everything but letters and digits is safe to
