@@ -646,6 +646,65 @@ fn a_values_file_for_reloaders_chart_3_installs() {
 
 // ---- workload kinds and RBAC that follows them -------------------------------------------------
 
+/// `customKinds`: one `--custom-kind` flag per entry with the settings given, reading and
+/// patching each declared resource, and the pod rules of restarts by eviction when an entry
+/// asks for them; an entry the controller would refuse is refused by the schema first.
+#[test]
+fn custom_kinds_render_their_flags_and_only_their_rules() {
+    let knative = json!({"apiVersion": "serving.knative.dev/v1", "kind": "Service"});
+    let keda = json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob",
+        "resource": "scaledjobs", "template": "/spec/jobTargetRef/template", "reloadBy": "eviction",
+        "selector": "/spec/jobTargetRef/selector"});
+    let objects = render(json!({"reloader": {"customKinds": [knative, keda]}}));
+    for arg in [
+        "--custom-kind=serving.knative.dev/v1/Service",
+        "--custom-kind=keda.sh/v1alpha1/ScaledJob,resource=scaledjobs,template=/spec/jobTargetRef/template,reload-by=eviction,selector=/spec/jobTargetRef/selector",
+    ] {
+        assert!(
+            has_arg(&objects, arg),
+            "{arg} missing: {:?}",
+            args(&objects)
+        );
+    }
+    let g = grants(&one(&objects, "ClusterRole")["rules"]);
+    let roll: &[&str] = &["get", "list", "watch", "patch"];
+    for (group, resource) in [
+        ("serving.knative.dev", "services"),
+        ("keda.sh", "scaledjobs"),
+    ] {
+        for verb in roll {
+            let grant = (
+                group.to_string(),
+                resource.to_string(),
+                String::new(),
+                verb.to_string(),
+            );
+            assert!(g.contains(&grant), "{grant:?} missing");
+        }
+    }
+    let evicts = (
+        String::new(),
+        "pods/eviction".to_string(),
+        String::new(),
+        "create".to_string(),
+    );
+    assert!(g.contains(&evicts), "reloadBy: eviction grants evictions");
+    let plain = render(json!({"reloader": {"customKinds": [knative]}}));
+    let g = grants(&one(&plain, "ClusterRole")["rules"]);
+    assert!(!g.contains(&evicts), "no eviction asked for, none granted");
+
+    for bad in [
+        json!({"apiVersion": "v1", "kind": "Service"}),
+        json!({"apiVersion": "a.io/v1", "kind": "K", "reloadBy": "delete"}),
+        json!({"apiVersion": "a.io/v1", "kind": "K", "template": "/metadata/x"}),
+        json!({"apiVersion": "a.io/v1"}),
+    ] {
+        let values = json!({"reloader": {"customKinds": [bad]}});
+        template_yaml(RELEASE, NS, &values, &[])
+            .expect_err(&format!("{values} should be rejected"));
+    }
+}
+
 #[test]
 fn argo_openshift_and_csi_add_their_flags_and_only_their_rules() {
     let objects = render(json!({"reloader": {

@@ -349,3 +349,52 @@ async fn a_malformed_declaration_is_refused_at_start() {
         "{logs}"
     );
 }
+
+/// `kube-reloader explain` names a declared kind as `<kind>/<name>` (or its plural) once
+/// `--custom-kind` declares it, and says what the controller would do: reload it, with the
+/// declared strategy.
+#[tokio::test]
+async fn explain_reads_a_declared_kind() {
+    let ns = TestNamespace::new("custom-explain").await;
+    let c = &ns.client;
+    crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
+    create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
+    create(
+        c,
+        &ns.name,
+        knative_service("hello", json!({AUTO.0: AUTO.1})),
+    )
+    .await;
+    let declaration = "--custom-kind=serving.knative.dev/v1/Service,reload-by=annotations";
+    for target in ["service/hello", "services/hello"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+            .args(["explain", target, "-n", &ns.name, declaration, "-o", "json"])
+            .env("KUBECONFIG", common::kubeconfig_path())
+            .output()
+            .expect("running kube-reloader explain");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{target}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let explained: Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(explained["kind"], "Service", "{stdout}");
+        assert_eq!(explained["strategy"], "annotations", "{stdout}");
+        let settings = explained["configs"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "settings"))
+            .unwrap_or_else(|| panic!("ConfigMap settings explained: {stdout}"));
+        assert_eq!(settings["reload"], true, "{stdout}");
+    }
+    let undeclared = std::process::Command::new(env!("CARGO_BIN_EXE_kube-reloader"))
+        .args(["explain", "service/hello", "-n", &ns.name])
+        .env("KUBECONFIG", common::kubeconfig_path())
+        .output()
+        .expect("running kube-reloader explain");
+    assert!(
+        !undeclared.status.success(),
+        "an undeclared kind is not a workload"
+    );
+}

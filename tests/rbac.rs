@@ -43,6 +43,8 @@ struct Needs {
     openshift: bool,
     csi: bool,
     pod_restarts: bool,
+    /// Declared custom kinds: (API group, resource).
+    custom_kinds: Vec<(String, String)>,
     jobs: bool,
     cronjobs: bool,
     configmaps: bool,
@@ -69,7 +71,19 @@ impl Needs {
             argo: on("isArgoRollouts"),
             openshift: on("isOpenshift") || openshift_served,
             csi: on("enableCSIIntegration"),
-            pod_restarts: r["podRestarts"]["enabled"] == true,
+            pod_restarts: r["podRestarts"]["enabled"] == true
+                || custom_kinds(r).iter().any(|k| k["reloadBy"] == "eviction"),
+            custom_kinds: custom_kinds(r)
+                .iter()
+                .map(|k| {
+                    let group = k["apiVersion"].as_str().unwrap().split('/').next().unwrap();
+                    let kind = k["kind"].as_str().unwrap().to_lowercase();
+                    let resource = k["resource"]
+                        .as_str()
+                        .map_or(format!("{kind}s"), String::from);
+                    (group.to_string(), resource)
+                })
+                .collect(),
             jobs: !on("ignoreJobs"),
             cronjobs: !on("ignoreCronJobs"),
             configmaps: !on("ignoreConfigMaps"),
@@ -122,6 +136,9 @@ impl Needs {
                 "",
                 roll,
             )]));
+        }
+        for (group, resource) in &self.custom_kinds {
+            g.extend(grant_set(&[(group, resource, "", roll)]));
         }
         if self.pod_restarts {
             g.extend(grant_set(&[
@@ -191,6 +208,13 @@ impl Needs {
         }
         g
     }
+}
+
+fn custom_kinds(reloader: &Value) -> Vec<Value> {
+    reloader["customKinds"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// What `client` may do in `namespace`, per SelfSubjectRulesReview.
@@ -335,6 +359,14 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
             names.push(crds::SECRET_PROVIDER_CLASS_POD_STATUSES);
         }
         crds::ensure(&admin, &names).await;
+    }
+    for (group, _) in &needs.custom_kinds {
+        let crd = match group.as_str() {
+            "serving.knative.dev" => crds::KNATIVE_SERVICES,
+            "keda.sh" => crds::KEDA_SCALED_JOBS,
+            other => panic!("no published CRD known for {other}"),
+        };
+        crds::ensure_published(&admin, crd).await;
     }
     // Read again after installing CRDs, and decide what is needed from the same list helm renders
     // with: a parallel test may have installed the DeploymentConfig CRD meanwhile.
@@ -705,6 +737,22 @@ async fn pod_restarts_add_listing_pods_and_evicting_them_only() {
     prove(
         "pod-restarts",
         json!({"watchGlobally": false, "podRestarts": {"enabled": true}}),
+    )
+    .await;
+}
+
+/// `customKinds`: reading and patching each declared resource, and with `reloadBy: eviction`
+/// listing pods and evicting them, in the watched namespaces only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_kinds_add_their_resources_only() {
+    prove(
+        "custom-kinds",
+        json!({"watchGlobally": false, "customKinds": [
+            {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "reloadBy": "eviction",
+             "podLabel": "serving.knative.dev/service"},
+            {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob",
+             "template": "/spec/jobTargetRef/template"}
+        ]}),
     )
     .await;
 }

@@ -236,11 +236,12 @@ struct ExplainOutput<'a> {
 
 /// `kube-reloader explain`: returns the text to print.
 pub async fn run_explain(args: &ExplainArgs) -> Result<String, ToolError> {
-    let (kind, name) = parse_workload(&args.target)?;
     let only = args.for_config.as_deref().map(parse_config).transpose()?;
     let (client, default_ns) = client().await?;
     let namespace = args.namespace.clone().unwrap_or(default_ns);
+    // Settings first: they declare the custom kinds the target may name.
     let mut settings = settings(&client, &args.common).await?;
+    let (kind, name) = parse_workload(&args.target)?;
     // The controller turns DeploymentConfigs on when the OpenShift API is served; it is, since
     // the object was read.
     settings.openshift |= kind == WorkloadKind::DeploymentConfig;

@@ -166,6 +166,31 @@ with HA or sharding, the Leases and shard assignment the replicas coordinate wit
 {{- end -}}
 {{- end -}}
 
+{{/* Declared custom kinds (reloader.customKinds, docs/custom-kinds.md) ------------- */}}
+{{- define "kube-reloader.customKindGroup" -}}
+{{- $parts := splitList "/" .apiVersion -}}
+{{- if eq (len $parts) 2 }}{{ first $parts }}{{ else }}{{ fail (printf "reloader.customKinds: apiVersion %q must be <group>/<version>" .apiVersion) }}{{ end -}}
+{{- end -}}
+
+{{- define "kube-reloader.customKindResource" -}}
+{{- .resource | default (printf "%ss" (lower .kind)) -}}
+{{- end -}}
+
+{{/* One --custom-kind flag: group/version/Kind and the settings given. */}}
+{{- define "kube-reloader.customKindFlag" -}}
+--custom-kind={{ .apiVersion }}/{{ .kind }}
+{{- with .resource }},resource={{ . }}{{ end -}}
+{{- with .template }},template={{ . }}{{ end -}}
+{{- with .reloadBy }},reload-by={{ . }}{{ end -}}
+{{- with .selector }},selector={{ . }}{{ end -}}
+{{- with .podLabel }},pod-label={{ . }}{{ end -}}
+{{- end -}}
+
+{{/* "true" when a declared kind restarts by eviction: the pod rules podRestarts grants. */}}
+{{- define "kube-reloader.customKindEvicts" -}}
+{{- range .Values.reloader.customKinds }}{{ if eq (.reloadBy | default "") "eviction" }}true{{ end }}{{ end -}}
+{{- end -}}
+
 {{/* RBAC rules ------------------------------------------------------------- */}}
 
 {{/* What kube-reloader needs in every namespace it watches: read the configs it watches, read
@@ -220,6 +245,12 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
   resources: [deploymentconfigs]
   verbs: [get, list, watch, patch]
 {{- end }}
+{{- range $v.customKinds }}
+# Declared custom kind {{ .apiVersion }} {{ .kind }} (reloader.customKinds): its template patched.
+- apiGroups: [{{ include "kube-reloader.customKindGroup" . }}]
+  resources: [{{ include "kube-reloader.customKindResource" . }}]
+  verbs: [get, list, watch, patch]
+{{- end }}
 {{- if $v.enableCSIIntegration }}
 - apiGroups: [secrets-store.csi.x-k8s.io]
   resources: [secretproviderclasses, secretproviderclasspodstatuses]
@@ -228,7 +259,7 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-{{- if ($v.podRestarts).enabled }}
+{{- if or ($v.podRestarts).enabled (include "kube-reloader.customKindEvicts" .) }}
 # restart-by: eviction (docs/pod-restarts.md): a workload's pods listed by its selector, and
 # evicted through the Eviction API (never deleted), so PodDisruptionBudgets hold.
 - apiGroups: [""]
@@ -275,6 +306,11 @@ reloads (the incumbent creates them). */}}
 {{- if include "kube-reloader.openshift" . }}
 - apiGroups: [apps.openshift.io]
   resources: [deploymentconfigs]
+  verbs: [get, list, watch]
+{{- end }}
+{{- range $v.customKinds }}
+- apiGroups: [{{ include "kube-reloader.customKindGroup" . }}]
+  resources: [{{ include "kube-reloader.customKindResource" . }}]
   verbs: [get, list, watch]
 {{- end }}
 {{- if $v.enableCSIIntegration }}
@@ -336,6 +372,7 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- end -}}
 {{- with $v.webhookUrl }}{{ $a = append $a (printf "--webhook-url=%s" .) }}{{ end -}}
 {{- if $v.isArgoRollouts }}{{ $a = append $a "--is-Argo-Rollouts=true" }}{{ end -}}
+{{- range $v.customKinds }}{{ $a = append $a (include "kube-reloader.customKindFlag" .) }}{{ end -}}
 {{- if $v.isOpenshift }}{{ $a = append $a "--is-openshift=true" }}{{ end -}}
 {{- if $v.enableCSIIntegration }}{{ $a = append $a "--enable-csi-integration=true" }}{{ end -}}
 {{- if $v.reloadOnCreate }}{{ $a = append $a "--reload-on-create=true" }}{{ end -}}
