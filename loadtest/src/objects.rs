@@ -948,7 +948,7 @@ mod tests {
 
     #[test]
     fn every_kind_parses() {
-        for kind in WorkloadKind::BUILT_IN {
+        for kind in WorkloadKind::ALL {
             let o = workload_json("run", &spec(kind, RefStyle::EnvFrom));
             match kind {
                 WorkloadKind::Deployment => {

@@ -297,6 +297,6 @@ mod tests {
         let mixed = setup::populate(Scenario::Mixed, &plan, "abc").pop;
         let kinds: std::collections::BTreeSet<_> =
             config_tags(Scenario::Mixed, &mixed).into_values().collect();
-        assert_eq!(kinds.len(), crate::objects::WorkloadKind::BUILT_IN.len());
+        assert_eq!(kinds.len(), crate::objects::WorkloadKind::ALL.len());
     }
 }

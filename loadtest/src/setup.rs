@@ -169,7 +169,7 @@ pub fn populate(scenario: Scenario, plan: &Plan, run_id: &str) -> Populated {
         }
         Scenario::Mixed => {
             for (j, w) in pop.workloads.iter_mut().enumerate() {
-                w.kind = WorkloadKind::BUILT_IN[j % WorkloadKind::BUILT_IN.len()];
+                w.kind = WorkloadKind::ALL[j % WorkloadKind::ALL.len()];
             }
         }
         // Every Deployment gets the period, so one paused without a change of its own shows.
