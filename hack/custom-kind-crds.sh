@@ -2,10 +2,11 @@
 # The CustomResourceDefinitions of the custom kinds kube-reloader ships tested declarations for
 # (docs/custom-kinds.md), as their projects publish them in their Go modules, copied once into
 #
-#   $CACHE/custom-kind-crds-<stamp>/<crd name>.yaml
+#   $CACHE/custom-kind-crds-<stamp>/<crd name>.yaml   (as published)
+#   $CACHE/custom-kind-crds-<stamp>/<crd name>.json   (the same object, for a client without YAML)
 #
 # (CACHE=${KUBE_RELOADER_CACHE:-$HOME/.cache/kube-reloader}); the module zips stay in $CACHE/go.
-# tests/custom_kinds.rs applies them to the local control plane; the operators themselves never
+# tests/custom_kinds.rs and the load test's custom-kind scenario create them in the cluster; the operators themselves never
 # run (nothing here needs them to: kube-reloader writes the objects, their controllers would
 # roll the pods).
 #
@@ -23,7 +24,7 @@ GO_BUILD_NAME=custom-kind-crds
 # shellcheck source=hack/lib/go-build.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/go-build.sh"
 
-stamp=$(printf '%s\n' "$KNATIVE_SERVING" "$KEDA" | sha256sum | cut -c1-12)
+stamp=$(printf '%s\n' "$KNATIVE_SERVING" "$KEDA" json | sha256sum | cut -c1-12)
 OUT=$CACHE/custom-kind-crds-$stamp
 if [[ -f $OUT/.done ]]; then
     echo "$OUT"
@@ -44,6 +45,12 @@ knative=$(module_dir "$KNATIVE_SERVING")
 keda=$(module_dir "$KEDA")
 cp "$knative/config/core/300-resources/service.yaml" "$tmp/services.serving.knative.dev.yaml"
 cp "$keda/config/crd/bases/keda.sh_scaledjobs.yaml" "$tmp/scaledjobs.keda.sh.yaml"
+# YAML to JSON offline: `kubectl patch --local` with an empty merge patch prints the object.
+kubectl=$(bash "$(dirname "${BASH_SOURCE[0]}")/toolchain.sh" --bin-dir)/kubectl
+for yaml in "$tmp"/*.yaml; do
+    KUBECONFIG=/dev/null "$kubectl" patch --local -f "$yaml" --type merge -p '{}' -o json \
+        >"${yaml%.yaml}.json" || die "converting $yaml to JSON"
+done
 touch "$tmp/.done"
 rm -rf "$OUT"
 mv "$tmp" "$OUT"

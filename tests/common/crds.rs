@@ -64,24 +64,24 @@ pub async fn install(client: &Client, name: &str) {
 pub const KNATIVE_SERVICES: &str = "services.serving.knative.dev";
 pub const KEDA_SCALED_JOBS: &str = "scaledjobs.keda.sh";
 
-/// Installs a CRD published in its project's Go module (`kubectl apply --server-side` of the
-/// YAML hack/custom-kind-crds.sh copies out of the module) and waits until it is served.
+/// Installs a CRD published in its project's Go module (hack/custom-kind-crds.sh copies it out
+/// of the module) and waits until it is served.
 pub async fn ensure_published(client: &Client, name: &str) {
     if SERVED.lock().unwrap().contains(name) {
         return;
     }
     let dir = super::helm::script_last_line("hack/custom-kind-crds.sh", &[]);
-    let file = format!("{dir}/{name}.yaml");
-    let out = super::helm::kubectl_admin(
-        &["apply", "--server-side", "--force-conflicts", "-f", &file],
-        None,
-    );
-    assert!(out.ok, "applying {file}: {}", out.stderr);
+    let path = PathBuf::from(dir).join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let crd: CustomResourceDefinition = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = api
-        .get(name)
-        .await
-        .unwrap_or_else(|e| panic!("reading CRD {name}: {e}"));
+    match api.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating CRD {name}: {e}"),
+    }
     wait_served(client, &crd).await;
     SERVED.lock().unwrap().insert(name.to_string());
 }
