@@ -41,7 +41,8 @@ pub async fn drive(
         | Scenario::References
         | Scenario::Mixed
         | Scenario::Cardinality
-        | Scenario::Realistic => steady(ctx, plan, rng, standard).await,
+        | Scenario::Realistic
+        | Scenario::CustomKind => steady(ctx, plan, rng, standard).await,
         Scenario::Churn => {
             let ready_url = ctl.replicas[0].ready_url.clone();
             let (done, outcome) = churned(ctx, plan, rng, standard, &ready_url).await;

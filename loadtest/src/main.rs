@@ -12,6 +12,7 @@ mod chaos;
 mod churn;
 mod controller;
 mod ctx;
+mod custom_kind;
 mod drive;
 mod flapping;
 mod hash;
@@ -69,7 +70,7 @@ async fn main() -> ExitCode {
     }
 }
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("loadtest/ is inside the repository")

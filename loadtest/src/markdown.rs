@@ -82,6 +82,8 @@ fn setup_rows(rows: &mut Rows, r: &Value) {
                 Some("references") => {
                     "Deployments (env valueFrom, init container volumes, projected volumes)"
                 }
+                Some("custom-kind") =>
+                    "Knative Services (serving.knative.dev/v1, declared with --custom-kind)",
                 _ => "Deployments",
             },
             r["population"]["configs"],
@@ -98,7 +100,7 @@ fn setup_rows(rows: &mut Rows, r: &Value) {
 /// What the scenario drove, from its plan.
 fn driven(scenario: &str, plan: &Value) -> String {
     match scenario {
-        "steady" | "annotations" | "references" | "mixed" | "cardinality" => {
+        "steady" | "annotations" | "references" | "mixed" | "cardinality" | "custom-kind" => {
             format!("{} at {}/s", plan["changes"], plan["rate"])
         }
         "sharded" => format!(

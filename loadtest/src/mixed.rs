@@ -151,20 +151,27 @@ async fn observe<K: Watched>(
     }
 }
 
-/// The watches of a run: Deployments only, or (`all_kinds`) every kind of `mixed` and the Jobs
-/// created from CronJobs.
+/// The watches of a run: Deployments only, every kind of `mixed` and the Jobs created from
+/// CronJobs, or `custom-kind`'s Knative Services only.
 pub fn spawn_watches(
     client: &Client,
     run_id: &str,
     state: &Arc<Mutex<State>>,
     epoch: Instant,
-    all_kinds: bool,
+    scenario: crate::scenario::Scenario,
 ) -> Vec<JoinHandle<()>> {
+    use crate::scenario::Scenario;
     let args = || (client.clone(), run_id.to_string(), state.clone(), epoch);
     let mut out = Vec::new();
     let (c, r, s, e) = args();
+    if scenario == Scenario::CustomKind {
+        out.push(tokio::spawn(observe::<crate::custom_kind::KnativeService>(
+            c, r, s, e,
+        )));
+        return out;
+    }
     out.push(tokio::spawn(observe::<Deployment>(c, r, s, e)));
-    if all_kinds {
+    if scenario == Scenario::Mixed {
         let (c, r, s, e) = args();
         out.push(tokio::spawn(observe::<StatefulSet>(c, r, s, e)));
         let (c, r, s, e) = args();

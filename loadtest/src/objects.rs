@@ -118,6 +118,9 @@ pub enum WorkloadKind {
     DaemonSet,
     /// `suspend: true` (and a suspended job template); a reload creates a Job from it.
     CronJob,
+    /// A Knative Service (`custom-kind`; not in `ALL`, which is `mixed`'s): its revision
+    /// template, no Knative controller running it.
+    KnativeService,
 }
 
 impl WorkloadKind {
@@ -135,6 +138,7 @@ impl WorkloadKind {
             WorkloadKind::StatefulSet => "statefulsets",
             WorkloadKind::DaemonSet => "daemonsets",
             WorkloadKind::CronJob => "cronjobs",
+            WorkloadKind::KnativeService => crate::custom_kind::RESOURCE,
         }
     }
 }
@@ -478,6 +482,14 @@ pub fn workload_json(run_id: &str, w: &WorkloadSpec) -> serde_json::Value {
                 "spec": {"suspend": true, "template": template}
             }
         }),
+        WorkloadKind::KnativeService => {
+            return json!({
+                "apiVersion": crate::custom_kind::API_VERSION,
+                "kind": crate::custom_kind::KIND,
+                "metadata": metadata,
+                "spec": {"template": template}
+            });
+        }
     };
     json!({"metadata": metadata, "spec": spec})
 }
@@ -663,6 +675,11 @@ async fn create_workload(client: &Client, run_id: &str, w: &WorkloadSpec) -> Res
         WorkloadKind::CronJob => {
             let o: CronJob = serde_json::from_value(obj)?;
             create_one(Api::namespaced(client, ns), o, what).await
+        }
+        WorkloadKind::KnativeService => {
+            let o: kube::api::DynamicObject = serde_json::from_value(obj)?;
+            let ar = crate::custom_kind::api_resource();
+            create_one(Api::namespaced_with(client, ns, &ar), o, what).await
         }
     }
 }
@@ -948,7 +965,10 @@ mod tests {
 
     #[test]
     fn every_kind_parses() {
-        for kind in WorkloadKind::ALL {
+        for kind in WorkloadKind::ALL
+            .into_iter()
+            .chain([WorkloadKind::KnativeService])
+        {
             let o = workload_json("run", &spec(kind, RefStyle::EnvFrom));
             match kind {
                 WorkloadKind::Deployment => {
@@ -965,6 +985,16 @@ mod tests {
                     assert_eq!(c.spec.suspend, Some(true));
                     let labels = c.spec.job_template.metadata.unwrap().labels.unwrap();
                     assert_eq!(labels[RUN_LABEL], "run");
+                }
+                WorkloadKind::KnativeService => {
+                    let s: crate::custom_kind::KnativeService =
+                        serde_json::from_value(o.clone()).unwrap();
+                    assert_eq!(o["apiVersion"], crate::custom_kind::API_VERSION);
+                    assert!(
+                        o.pointer("/spec/template/spec/containers/0/envFrom")
+                            .is_some()
+                    );
+                    assert_eq!(kube::Resource::meta(&s).name.as_deref(), Some("w"));
                 }
             }
         }

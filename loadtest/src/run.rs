@@ -59,6 +59,9 @@ pub async fn run_one(
         env.name, env.run_id, env.plan.namespaces, env.plan.workloads
     ));
     let populated = setup::populate(scenario, &env.plan, &env.run_id);
+    if scenario == Scenario::CustomKind {
+        crate::custom_kind::install_crd(client).await?;
+    }
     let own = Arc::new(OwnRequests::default());
     let (n_objects, setup_s) =
         setup::create(args, client, &populated.pop, &env.plan, &env.run_id, &own).await?;
@@ -118,8 +121,7 @@ async fn measure(
         "configs": pop.configs.len(),
     });
     let state = Arc::new(Mutex::new(State::default()));
-    let mixed_kinds = env.scenario == Scenario::Mixed;
-    let watches = mixed::spawn_watches(env.client, &env.run_id, &state, env.epoch, mixed_kinds);
+    let watches = mixed::spawn_watches(env.client, &env.run_id, &state, env.epoch, env.scenario);
     if let Err(e) = wait_watches_synced(&state, watches.len(), pop.workloads.len()).await {
         watches.iter().for_each(|w| w.abort());
         return Err(e);

@@ -61,6 +61,9 @@ pub enum Scenario {
     /// One ConfigMap used by `fanout_width` Deployments, the controller run with --waves: each
     /// change rolls in health-gated waves; the first is superseded mid-sequence.
     Waves,
+    /// `steady` with every workload a Knative Service, a custom kind the controller is told to
+    /// roll with `--custom-kind` (kube-reloader only: Reloader rolls no custom kinds).
+    CustomKind,
     /// 3+ replicas under a seeded random fault schedule for `--duration` (not part of `all`).
     Chaos,
     /// Every scenario above but `chaos`, one after the other.
@@ -69,7 +72,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// What `all` runs.
-    pub const EACH: [Scenario; 19] = [
+    pub const EACH: [Scenario; 20] = [
         Scenario::Steady,
         Scenario::Burst,
         Scenario::Fanout,
@@ -89,6 +92,7 @@ impl Scenario {
         Scenario::Poisoned,
         Scenario::Flapping,
         Scenario::Waves,
+        Scenario::CustomKind,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +116,7 @@ impl Scenario {
             Scenario::Poisoned => "poisoned",
             Scenario::Flapping => "flapping",
             Scenario::Waves => "waves",
+            Scenario::CustomKind => "custom-kind",
             Scenario::Chaos => "chaos",
             Scenario::All => "all",
         }
@@ -367,6 +372,7 @@ impl Plan {
                 flags.join(" ")
             }
             Scenario::Waves => self.wave_flags(),
+            Scenario::CustomKind => crate::custom_kind::CONTROLLER_FLAG.into(),
             Scenario::Flapping if self.churn_limit > 0 => format!(
                 "--churn-limit={} --churn-window={}s --churn-quiet={}s",
                 self.churn_limit, self.churn_window_s, self.churn_quiet_s

@@ -167,6 +167,11 @@ pub fn populate(scenario: Scenario, plan: &Plan, run_id: &str) -> Populated {
                 w.refs = RefStyle::OTHERS[j % RefStyle::OTHERS.len()];
             }
         }
+        Scenario::CustomKind => {
+            for w in &mut pop.workloads {
+                w.kind = WorkloadKind::KnativeService;
+            }
+        }
         Scenario::Mixed => {
             for (j, w) in pop.workloads.iter_mut().enumerate() {
                 w.kind = WorkloadKind::ALL[j % WorkloadKind::ALL.len()];

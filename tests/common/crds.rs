@@ -74,8 +74,8 @@ pub async fn ensure_published(client: &Client, name: &str) {
     let path = PathBuf::from(dir).join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let crd: CustomResourceDefinition = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    let crd: CustomResourceDefinition =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     match api.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
