@@ -27,13 +27,13 @@ const AUTO: (&str, &str) = ("reloader.stakater.com/auto", "true");
 const LAST_RELOADED: &str = "reloader.stakater.com/last-reloaded-from";
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A Knative Service whose revision template reads ConfigMap `settings` through `envFrom`.
+/// A Knative Service whose revision template reads ConfigMap `settings` through `envFrom`; its
+/// template has no metadata, as in Knative's own examples.
 fn knative_service(name: &str, annotations: Value) -> Value {
     json!({
         "apiVersion": KNATIVE, "kind": "Service",
         "metadata": {"name": name, "annotations": annotations},
         "spec": {"template": {
-            "metadata": {"labels": {"app": name}},
             "spec": {"containerConcurrency": 10, "containers": [{
                 "image": "registry.k8s.io/pause:3.10",
                 "envFrom": [{"configMapRef": {"name": "settings"}}]

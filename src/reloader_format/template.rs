@@ -277,6 +277,9 @@ fn edit_annotation(
         container_refs: container_refs.clone(),
         observed_at: now,
     };
+    // A template without metadata (a Knative Service's may have none) gets it whole: a JSON
+    // Patch `add` of the annotations alone would name a parent that does not exist.
+    let had_metadata = template.get("metadata").is_some_and(Value::is_object);
     let metadata = ensure_object(template, "metadata");
     let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
     if !annotations.is_object() {
@@ -286,7 +289,10 @@ fn edit_annotation(
         key.to_string(),
         Value::String(serde_json::to_string(&value).expect("serializable")),
     );
-    edit.touch(format!("{pointer}/metadata/annotations"));
+    edit.touch(match had_metadata {
+        true => format!("{pointer}/metadata/annotations"),
+        false => format!("{pointer}/metadata"),
+    });
     edit.written.push(change.config.clone());
     edit.containers.extend(container_refs);
 }
@@ -351,6 +357,34 @@ mod tests {
             hash: hash.map(String::from),
             explicit: false,
         }
+    }
+
+    /// A template without metadata (a Knative Service's, a CronJob's) gets its metadata in the
+    /// patch, not an `add` under a parent the object lacks (which the API server refuses).
+    #[test]
+    fn the_annotation_patch_applies_to_a_template_without_metadata() {
+        let original = json!({
+            "metadata": {"name": "hello", "namespace": "ns", "resourceVersion": "3"},
+            "spec": {"template": {"spec": {"containers": [
+                {"envFrom": [{"configMapRef": {"name": "my-app.config"}}]}
+            ]}}}
+        });
+        let mut edited = original.clone();
+        let done = edit(
+            &mut edited,
+            ReloadStrategy::Annotations,
+            &[change("my-app.config", Some("h1"))],
+        );
+        assert_eq!(done.touched, ["/spec/template/metadata"]);
+        let ops = json_patch_ops(&edited, &done.touched);
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
+        let mut patched = original;
+        json_patch::patch(&mut patched, &patch).expect("the patch applies to the object read");
+        let annotation = patched["spec"]["template"]["metadata"]["annotations"]
+            ["reloader.stakater.com/last-reloaded-from"]
+            .as_str()
+            .unwrap();
+        assert!(annotation.contains("\"hash\":\"h1\""), "{annotation}");
     }
 
     fn edit(obj: &mut Value, strategy: ReloadStrategy, changes: &[TemplateChange]) -> TemplateEdit {
