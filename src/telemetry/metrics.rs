@@ -430,7 +430,7 @@ impl Metrics {
         own.register(
             "optional_api_served",
             "1 when the API of a CRD-backed kind a flag turns on (CSI, Argo Rollouts, \
-             DeploymentConfigs) is served, 0 while it is not (its watch waits for it).",
+             DeploymentConfigs, a --custom-kind) is served, 0 while it is not (its watch waits for it).",
             self.api_served.clone(),
         );
         own.register(
