@@ -129,6 +129,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         .with_context(|| format!("--pprof-addr: '{}' is not host:port", flags.pprof_addr))?;
     let health_addr = crate::http::parse_health_addr(&flags.health_addr)
         .with_context(|| format!("--health-addr: '{}' is not host:port", flags.health_addr))?;
+    let admission = admission_endpoint(&flags)?;
     let started = start(flags).await?;
     let ownership = ownership_for(&started.settings, &started.selector);
     let shard_link = join_replica_set(&started.client, &started.settings, &ownership);
@@ -179,6 +180,16 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         shadow,
     });
     let admin_server = serve_admin(metrics_addr, health_addr, pprof_addr, admin);
+    let admin_server = match admission {
+        None => admin_server,
+        Some((addr, files)) => {
+            let handler =
+                crate::admission::Admission::new(started.client.clone(), started.settings.clone());
+            let server = crate::admission::AdmissionServer::new(addr, &files, handler)
+                .context("--admission-addr: the webhook cannot start")?;
+            with_admission(admin_server, server)
+        }
+    };
     let leader_lock = started.leader_lock;
     let (leading, lead) = tokio::sync::watch::channel(leader_lock.is_none());
     let tasks = CriticalTasks {
@@ -451,6 +462,37 @@ fn serve_admin(
                     r = crate::http::serve_health(addr, admin) => r,
                 }
             }
+        }
+    })
+}
+
+/// `--admission-addr` and its certificate files, when the webhook is on.
+fn admission_endpoint(
+    flags: &Flags,
+) -> anyhow::Result<Option<(std::net::SocketAddr, crate::admission::TlsFiles)>> {
+    let addr = flags.admission_addr.trim();
+    if addr.is_empty() {
+        return Ok(None);
+    }
+    let addr = parse_listen_addr(addr)
+        .with_context(|| format!("--admission-addr: '{addr}' is not host:port"))?;
+    let files = crate::admission::TlsFiles {
+        cert: flags.admission_cert_file.clone(),
+        key: flags.admission_key_file.clone(),
+    };
+    Ok(Some((addr, files)))
+}
+
+/// The admin endpoints and the admission webhook as one critical task: either stopping ends
+/// the process.
+fn with_admission(
+    admin: tokio::task::JoinHandle<std::io::Result<()>>,
+    server: crate::admission::AdmissionServer,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        tokio::select! {
+            r = admin => r.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            r = server.serve() => r,
         }
     })
 }

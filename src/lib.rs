@@ -40,6 +40,8 @@ pub mod reloader_format;
 pub mod waves;
 
 // The data path, in the order a config event meets it.
+/// The optional mutating admission webhook: current hashes written at create and update.
+pub mod admission;
 /// Alerts after reloads (Slack, Teams, Google Chat, webhook) and `--webhook-url`.
 pub mod alert;
 /// Payload digests on a worker pool off the async runtime; payloads are never kept.

@@ -241,6 +241,27 @@ pub struct Flags {
     #[arg(long, env = "HEALTH_ADDR", default_value = ":8080")]
     pub health_addr: String,
 
+    /// Serve the mutating admission webhook on this `host:port` (empty: off): a workload created
+    /// or updated gets the current hash of each config it would be reloaded for, so one
+    /// `helm upgrade` of a workload and its config rolls it once (docs/admission-webhook.md).
+    #[arg(long, env = "ADMISSION_ADDR", default_value = "")]
+    pub admission_addr: String,
+
+    /// The webhook's serving certificate (PEM, leaf first).
+    #[arg(long, default_value = "/etc/kube-reloader/admission/tls.crt")]
+    pub admission_cert_file: std::path::PathBuf,
+
+    /// The webhook's private key (PEM).
+    #[arg(long, default_value = "/etc/kube-reloader/admission/tls.key")]
+    pub admission_key_file: std::path::PathBuf,
+
+    /// With the webhook on, every reload waits this long (Go duration), so that a workload
+    /// applied right after its config (Helm applies configs first) is admitted, with the new
+    /// hash, before the reload looks at it.
+    #[arg(long, default_value = "2s", value_parser = go_duration_arg)]
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub admission_settle: Duration,
+
     /// At most one reload per workload per this period (Go duration; 0 turns it off).
     #[arg(long, default_value = "0s", value_parser = go_duration_arg)]
     #[serde(serialize_with = "serialize_go_duration")]

@@ -81,6 +81,9 @@ pub struct Settings {
     pub ignored_workloads: Vec<WorkloadKind>,
     pub argo_rollouts: bool,
     pub openshift: bool,
+    /// `--admission-settle`, with the admission webhook on (`--admission-addr`): every reload
+    /// waits this long, as a `reload-delay` would.
+    pub admission_settle: Option<Duration>,
     /// `--custom-kind`: the declared kinds this controller rolls (registered process-wide).
     pub custom_kinds: Vec<crate::custom_kinds::CustomKindId>,
     pub csi_integration: bool,
@@ -255,6 +258,9 @@ impl TryFrom<Flags> for Settings {
             argo_rollouts: f.is_argo_rollouts,
             openshift: f.is_openshift,
             custom_kinds,
+            admission_settle: (!f.admission_addr.trim().is_empty()
+                && !f.admission_settle.is_zero())
+            .then_some(f.admission_settle),
             csi_integration: f.enable_csi_integration,
             webhook_url: f.webhook_url.filter(|u| !u.trim().is_empty()),
             min_reload_interval: f.min_reload_interval,

@@ -32,9 +32,17 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             .workload(workload)
             .map(|e| e.policy.timing.clone())
             .unwrap_or_default();
-        match self.timing.namespaces.get(&*workload.namespace) {
+        let own = match self.timing.namespaces.get(&*workload.namespace) {
             Some(namespace) => own.or(&namespace),
             None => own,
+        };
+        // The admission webhook's settle time, as a delay no annotation overrides downwards.
+        match self.settings.admission_settle {
+            Some(settle) if own.delay.is_none_or(|d| d < settle) => ReloadTiming {
+                delay: Some(settle),
+                ..own
+            },
+            _ => own,
         }
     }
 
