@@ -68,9 +68,22 @@ impl Certificate {
     }
 }
 
-/// Registers the webhook at `port` for Deployments in `ns` only (other tests share the API
-/// server), as the chart does: `failurePolicy: Ignore`, no side effects.
+/// Registers the webhook at `port` for Deployments in `ns` (and `also`) only: other tests
+/// share the API server. As the chart does: `failurePolicy: Ignore`, no side effects.
 fn register(ns: &TestNamespace, port: u16, cert: &Certificate) -> ClusterScoped {
+    register_for(ns, &[], port, cert)
+}
+
+fn register_for(
+    ns: &TestNamespace,
+    also: &[&TestNamespace],
+    port: u16,
+    cert: &Certificate,
+) -> ClusterScoped {
+    let namespaces: Vec<&str> = std::iter::once(ns)
+        .chain(also.iter().copied())
+        .map(|n| n.name.as_str())
+        .collect();
     let name = format!("kube-reloader-test-{}", ns.name);
     let config = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
@@ -80,7 +93,8 @@ fn register(ns: &TestNamespace, port: u16, cert: &Certificate) -> ClusterScoped 
             "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": cert.ca_bundle()},
             "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"],
                        "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+            "namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]},
             "failurePolicy": "Ignore", "sideEffects": "None", "admissionReviewVersions": ["v1"],
             "timeoutSeconds": 5, "reinvocationPolicy": "IfNeeded"
         }]
@@ -160,16 +174,18 @@ fn rand_suffix() -> String {
 }
 
 /// A Deployment created after its ConfigMap is admitted with the ConfigMap's current hash (no
-/// rollout needed later); one whose annotations do not opt in, or whose config is ignored, is
-/// admitted unchanged.
+/// rollout needed later); one whose annotations do not opt in, or in a namespace the
+/// controller does not watch, is admitted unchanged.
 #[tokio::test]
 async fn a_created_workload_is_admitted_with_the_current_hash() {
     let ns = TestNamespace::new("admission-create").await;
+    let other = TestNamespace::new("admission-unwatched").await;
     let c = &ns.client;
     let cert = Certificate::new("create");
     create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
+    create(c, &other.name, configmap("settings", json!({"mode": "a"}))).await;
     let (_controller, port) = start_with_webhook(&ns, &cert).await;
-    let _registered = register(&ns, port, &cert);
+    let _registered = register_for(&ns, &[&other], port, &cert);
     wait_webhook_called(&ns).await;
 
     let uses = || pod_spec(env_from_configmap("settings"), json!([]));
@@ -191,6 +207,19 @@ async fn a_created_workload_is_admitted_with_the_current_hash() {
     let plain = create(c, &ns.name, deployment("plain", json!({}), uses())).await;
     let plain = serde_json::to_value(plain).unwrap();
     assert_eq!(env_var(&plain), None, "not opted in: admitted unchanged");
+
+    let unwatched = create(
+        c,
+        &other.name,
+        deployment("web", json!({"reloader.stakater.com/auto": "true"}), uses()),
+    )
+    .await;
+    let unwatched = serde_json::to_value(unwatched).unwrap();
+    assert_eq!(
+        env_var(&unwatched),
+        None,
+        "outside --namespaces: admitted unchanged"
+    );
 }
 
 /// The chart of a release with a ConfigMap and a Deployment that reads it; the upgrade changes

@@ -20,7 +20,7 @@ pub use server::{AdmissionServer, TlsFiles};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
@@ -73,6 +73,10 @@ impl Admission {
         }
         let kind = WorkloadKind::named(&request.kind.kind)
             .filter(|k| self.settings.handles_workload(*k))?;
+        let namespace = request.namespace.as_deref()?;
+        if !self.watches_namespace(namespace).await {
+            return None;
+        }
         let mut object = serde_json::to_value(request.object.as_ref()?).ok()?;
         // A create's object may carry no namespace yet: the request names it.
         if let (Some(ns), Some(meta)) = (&request.namespace, object.get_mut("metadata")) {
@@ -102,6 +106,29 @@ impl Admission {
             Err(why) => {
                 debug!(%workload, ?why, "admission: nothing to write");
                 None
+            }
+        }
+    }
+
+    /// The controller would reload workloads of `namespace`: `--namespaces`,
+    /// `--namespaces-to-ignore` and `--namespace-selector` (asked of the API server).
+    async fn watches_namespace(&self, namespace: &str) -> bool {
+        let settings = &self.settings;
+        if !settings.namespace_in_scope(namespace) || settings.namespace_ignored(namespace) {
+            return false;
+        }
+        let Some(selector) = &settings.namespace_selector else {
+            return true;
+        };
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let params = ListParams::default()
+            .fields(&format!("metadata.name={namespace}"))
+            .labels(selector);
+        match api.list(&params).await {
+            Ok(list) => !list.items.is_empty(),
+            Err(e) => {
+                warn!(namespace, error = %e, "admission: namespace not read; admitted unchanged");
+                false
             }
         }
     }
@@ -154,6 +181,9 @@ impl Admission {
                 })
             }
             ConfigKind::Secret => {
+                if let Some(types) = self.settings.config_field_selector(ConfigKind::Secret) {
+                    params = params.fields(&format!("metadata.name={},{types}", key.name));
+                }
                 let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
                 api.list(&params).await?.items.into_iter().next().map(|s| {
                     let a = s.metadata.annotations.as_ref();
