@@ -646,6 +646,95 @@ fn a_values_file_for_reloaders_chart_3_installs() {
 
 // ---- workload kinds and RBAC that follows them -------------------------------------------------
 
+/// `admissionWebhook.enabled`: the webhook's flags, port, certificate volume and Service; a
+/// MutatingWebhookConfiguration that fails open, calls that Service, trusts the chart's CA (or
+/// cert-manager's, injected) and covers the kinds the controller rolls, in the namespaces it
+/// watches.
+#[test]
+fn the_admission_webhook_renders_its_server_service_and_configuration() {
+    let objects = render(json!({"admissionWebhook": {"enabled": true},
+        "reloader": {"watchGlobally": false, "namespaces": "a,b", "isArgoRollouts": true,
+            "customKinds": [{"apiVersion": "serving.knative.dev/v1", "kind": "Service"}]}}));
+    for arg in ["--admission-addr=:9443", "--admission-settle=2s"] {
+        assert!(
+            has_arg(&objects, arg),
+            "{arg} missing: {:?}",
+            args(&objects)
+        );
+    }
+    let secret = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["type"] == "kubernetes.io/tls")
+        .expect("the webhook's TLS Secret");
+    let mounted = one(&objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["secret"]["secretName"] == secret["metadata"]["name"]);
+    assert!(mounted, "the TLS Secret is mounted");
+    let config = one(&objects, "MutatingWebhookConfiguration");
+    let webhook = &config["webhooks"][0];
+    assert_eq!(webhook["failurePolicy"], "Ignore");
+    assert_eq!(webhook["sideEffects"], "None");
+    assert_eq!(
+        webhook["clientConfig"]["caBundle"],
+        secret["data"]["ca.crt"]
+    );
+    let service = &webhook["clientConfig"]["service"];
+    assert!(
+        objects
+            .iter()
+            .any(|o| o["kind"] == "Service" && o["metadata"]["name"] == service["name"]),
+        "the webhook calls a Service of the chart: {service}"
+    );
+    let resources: Vec<&str> = webhook["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+        })
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            "deployments",
+            "statefulsets",
+            "daemonsets",
+            "rollouts",
+            "services"
+        ]
+    );
+    // The namespaces the controller is given (--namespaces), no more.
+    let watched = args(&objects)
+        .into_iter()
+        .find_map(|a| a.strip_prefix("--namespaces=").map(str::to_string))
+        .expect("--namespaces");
+    let watched: Vec<&str> = watched.split(',').collect();
+    assert_eq!(
+        webhook["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(watched)
+    );
+
+    let managed =
+        render(json!({"admissionWebhook": {"enabled": true, "certManager": {"enabled": true}}}));
+    let config = one(&managed, "MutatingWebhookConfiguration");
+    assert!(config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
+    assert!(config["webhooks"][0]["clientConfig"]["caBundle"].is_null());
+    assert_eq!(
+        one(&managed, "Certificate")["spec"]["secretName"],
+        secret["metadata"]["name"]
+    );
+    assert!(
+        !has_arg(&render(json!({})), "--admission-addr=:9443"),
+        "off by default"
+    );
+}
+
 /// `customKinds`: one `--custom-kind` flag per entry with the settings given, reading and
 /// patching each declared resource, and the pod rules of restarts by eviction when an entry
 /// asks for them; an entry the controller would refuse is refused by the schema first.
@@ -1838,6 +1927,12 @@ async fn the_api_server_accepts_every_rendered_object_in_each_mode() {
     )
     .await;
     dry_run("everything", everything_on(), &[]).await;
+    dry_run(
+        "admission-webhook",
+        json!({"admissionWebhook": {"enabled": true}, "reloader": {"watchGlobally": false}}),
+        &[&a],
+    )
+    .await;
 }
 
 // ---- the image -------------------------------------------------------------------------------

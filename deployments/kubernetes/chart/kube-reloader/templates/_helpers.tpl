@@ -166,6 +166,15 @@ with HA or sharding, the Leases and shard assignment the replicas coordinate wit
 {{- end -}}
 {{- end -}}
 
+{{/* The admission webhook (admissionWebhook, docs/admission-webhook.md) ------------ */}}
+{{- define "kube-reloader.admissionSecret" -}}
+{{ include "kube-reloader.fullname" . }}-admission-tls
+{{- end -}}
+
+{{- define "kube-reloader.admissionService" -}}
+{{ include "kube-reloader.fullname" . }}-admission
+{{- end -}}
+
 {{/* Declared custom kinds (reloader.customKinds, docs/custom-kinds.md) ------------- */}}
 {{- define "kube-reloader.customKindGroup" -}}
 {{- $parts := splitList "/" .apiVersion -}}
@@ -372,6 +381,9 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- end -}}
 {{- with $v.webhookUrl }}{{ $a = append $a (printf "--webhook-url=%s" .) }}{{ end -}}
 {{- if $v.isArgoRollouts }}{{ $a = append $a "--is-Argo-Rollouts=true" }}{{ end -}}
+{{- with .Values.admissionWebhook }}{{ if .enabled }}
+{{- $a = concat $a (list (printf "--admission-addr=:%v" (.port | default 9443)) (printf "--admission-settle=%s" (.settle | default "2s"))) -}}
+{{- end }}{{ end -}}
 {{- range $v.customKinds }}{{ $a = append $a (include "kube-reloader.customKindFlag" .) }}{{ end -}}
 {{- if $v.isOpenshift }}{{ $a = append $a "--is-openshift=true" }}{{ end -}}
 {{- if $v.enableCSIIntegration }}{{ $a = append $a "--enable-csi-integration=true" }}{{ end -}}
