@@ -61,6 +61,15 @@ fn scaled_job(name: &str, annotations: Value) -> Value {
     })
 }
 
+/// In `ns`: ConfigMap `settings` and Knative Service `hello` (`auto`) reading it; the Knative
+/// Service CRD installed.
+async fn with_knative_hello(ns: &TestNamespace) {
+    let c = &ns.client;
+    crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
+    create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
+    create(c, &ns.name, knative_service("hello", json!({AUTO.0: AUTO.1}))).await;
+}
+
 async fn read(ns: &TestNamespace, api_version: &str, kind: &str, name: &str) -> Value {
     get(&ns.client, &ns.name, api_version, kind, name)
         .await
@@ -109,14 +118,7 @@ fn annotation_pointer(template: &str, key: &str) -> String {
 async fn a_knative_service_rolls_by_its_revision_template_annotation() {
     let ns = TestNamespace::new("custom-knative").await;
     let c = &ns.client;
-    crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
-    create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
-    create(
-        c,
-        &ns.name,
-        knative_service("hello", json!({AUTO.0: AUTO.1})),
-    )
-    .await;
+    with_knative_hello(&ns).await;
     create(c, &ns.name, knative_service("twin", json!({}))).await;
     let _controller = Controller::start(&[
         &format!("--namespaces={}", ns.name),
@@ -238,15 +240,8 @@ async fn a_keda_scaled_job_gets_the_env_var_in_its_nested_job_template() {
 async fn a_declared_kind_restarts_its_pods_by_eviction() {
     let ns = TestNamespace::new("custom-evict").await;
     let c = &ns.client;
-    crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
+    with_knative_hello(&ns).await;
     let kwok = Kwok::start(c, &format!("{}-node", ns.name), &[]).await;
-    create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
-    create(
-        c,
-        &ns.name,
-        knative_service("hello", json!({AUTO.0: AUTO.1})),
-    )
-    .await;
     let label = "serving.knative.dev/service";
     create(
         c,
@@ -357,14 +352,7 @@ async fn a_malformed_declaration_is_refused_at_start() {
 async fn explain_reads_a_declared_kind() {
     let ns = TestNamespace::new("custom-explain").await;
     let c = &ns.client;
-    crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
-    create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
-    create(
-        c,
-        &ns.name,
-        knative_service("hello", json!({AUTO.0: AUTO.1})),
-    )
-    .await;
+    with_knative_hello(&ns).await;
     let declaration = "--custom-kind=serving.knative.dev/v1/Service,reload-by=annotations";
     for target in ["service/hello", "services/hello"] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-reloader"))

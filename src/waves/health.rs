@@ -139,6 +139,25 @@ mod tests {
     }
 
     #[test]
+    fn a_declared_kind_is_healthy_once_seen_and_not_unready() {
+        use crate::custom_kinds::{CustomKind, register};
+        let declared = CustomKind::parse("serving.knative.dev/v1/Service").unwrap();
+        let kind = WorkloadKind::Custom(register(declared).unwrap());
+        let service = |observed: i64, ready: &str| {
+            json!({"metadata": {"generation": 4}, "status": {"observedGeneration": observed,
+                "conditions": [{"type": "Ready", "status": ready, "reason": "RevisionMissing"}]}})
+        };
+        assert!(matches!(assess(kind, &service(3, "True")), Health::Progressing(_)));
+        assert!(matches!(
+            assess(kind, &service(4, "False")),
+            Health::Progressing(m) if m.contains("RevisionMissing")
+        ));
+        assert_eq!(assess(kind, &service(4, "True")), Health::Healthy);
+        let no_conditions = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1}});
+        assert_eq!(assess(kind, &no_conditions), Health::Healthy);
+    }
+
+    #[test]
     fn a_deployment_is_healthy_once_every_replica_is_updated_and_available() {
         let rolling = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 2,
             "availableReplicas": 2});

@@ -29,7 +29,11 @@ fn fixture(name: &str) -> CustomResourceDefinition {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/crds")
         .join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path)
+    read_crd(&path)
+}
+
+fn read_crd(path: &std::path::Path) -> CustomResourceDefinition {
+    let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
@@ -49,14 +53,19 @@ pub async fn ensure(client: &Client, names: &[&str]) {
 /// Installs the CRD `name` and waits until it is served (no cache: for an API server other
 /// tests do not share, see [`super::isolated_kubeconfig_path`]).
 pub async fn install(client: &Client, name: &str) {
-    let crd = fixture(name);
+    create_and_wait(client, &fixture(name)).await;
+}
+
+/// Creates `crd` (accepting "already exists") and waits until it is served.
+async fn create_and_wait(client: &Client, crd: &CustomResourceDefinition) {
+    let name = crd.metadata.name.as_deref().unwrap_or_default();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &crd).await {
+    match api.create(&PostParams::default(), crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating CRD {name}: {e}"),
     }
-    wait_served(client, &crd).await;
+    wait_served(client, crd).await;
 }
 
 /// Knative Serving's Service and KEDA's ScaledJob, as their Go modules publish them
@@ -71,18 +80,8 @@ pub async fn ensure_published(client: &Client, name: &str) {
         return;
     }
     let dir = super::helm::script_last_line("hack/custom-kind-crds.sh", &[]);
-    let path = PathBuf::from(dir).join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let crd: CustomResourceDefinition =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating CRD {name}: {e}"),
-    }
-    wait_served(client, &crd).await;
+    let crd = read_crd(&PathBuf::from(dir).join(format!("{name}.json")));
+    create_and_wait(client, &crd).await;
     SERVED.lock().unwrap().insert(name.to_string());
 }
 
