@@ -351,7 +351,6 @@ async fn a_malformed_declaration_is_refused_at_start() {
 #[tokio::test]
 async fn explain_reads_a_declared_kind() {
     let ns = TestNamespace::new("custom-explain").await;
-    let c = &ns.client;
     with_knative_hello(&ns).await;
     let declaration = "--custom-kind=serving.knative.dev/v1/Service,reload-by=annotations";
     for target in ["service/hello", "services/hello"] {
