@@ -71,8 +71,11 @@ impl Admission {
         if !matches!(request.operation, Operation::Create | Operation::Update) {
             return None;
         }
-        let kind = WorkloadKind::named(&request.kind.kind)
-            .filter(|k| self.settings.handles_workload(*k))?;
+        // By group and kind: a declared `Service` is not the core one.
+        let kind = WorkloadKind::named(&request.kind.kind).filter(|k| {
+            self.settings.handles_workload(*k)
+                && crate::resources::api_resource(*k).group == request.kind.group
+        })?;
         let namespace = request.namespace.as_deref()?;
         if !self.watches_namespace(namespace).await {
             return None;
