@@ -67,7 +67,12 @@ async fn with_knative_hello(ns: &TestNamespace) {
     let c = &ns.client;
     crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
     create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
-    create(c, &ns.name, knative_service("hello", json!({AUTO.0: AUTO.1}))).await;
+    create(
+        c,
+        &ns.name,
+        knative_service("hello", json!({AUTO.0: AUTO.1})),
+    )
+    .await;
 }
 
 async fn read(ns: &TestNamespace, api_version: &str, kind: &str, name: &str) -> Value {

@@ -15,9 +15,6 @@ use kube::core::{ApiResource, GroupVersionKind, NamespaceResourceScope};
 use kube::{Client, Resource};
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::State;
-use crate::mixed::Watched;
-
 pub const API_VERSION: &str = "serving.knative.dev/v1";
 pub const KIND: &str = "Service";
 pub const RESOURCE: &str = "services";
@@ -36,15 +33,15 @@ pub fn api_resource() -> ApiResource {
 /// A Knative Service as the load generator's watch reads it: its revision template.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct KnativeService {
-    metadata: ObjectMeta,
+    pub metadata: ObjectMeta,
     #[serde(default)]
-    spec: KnativeServiceSpec,
+    pub spec: KnativeServiceSpec,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
-struct KnativeServiceSpec {
+pub struct KnativeServiceSpec {
     #[serde(default)]
-    template: PodTemplateSpec,
+    pub template: PodTemplateSpec,
 }
 
 impl Resource for KnativeService {
@@ -71,24 +68,9 @@ impl Resource for KnativeService {
     }
 }
 
-impl Watched for KnativeService {
-    fn record(&self, st: &mut State, t: f64) {
-        let (Some(ns), Some(name)) = (&self.metadata.namespace, &self.metadata.name) else {
-            return;
-        };
-        let generation = self.metadata.generation.unwrap_or(0);
-        st.apply(format!("{ns}/{name}"), generation, &self.spec.template, t);
-    }
-    fn forget(&self, st: &mut State) {
-        if let (Some(ns), Some(name)) = (&self.metadata.namespace, &self.metadata.name) {
-            st.delete(&format!("{ns}/{name}"));
-        }
-    }
-}
-
 /// Creates the Knative Service CRD (if missing) and waits until Services can be listed.
 pub async fn install_crd(client: &Client) -> Result<()> {
-    let script = crate::repo_root().join("hack/custom-kind-crds.sh");
+    let script = crate::repo::root().join("hack/custom-kind-crds.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
         .stderr(std::process::Stdio::inherit())

@@ -27,6 +27,7 @@ mod plot;
 mod progress;
 mod proxy;
 mod quiet;
+mod repo;
 mod report;
 mod rng;
 mod run;
@@ -70,13 +71,6 @@ async fn main() -> ExitCode {
     }
 }
 
-pub(crate) fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("loadtest/ is inside the repository")
-        .to_path_buf()
-}
-
 fn last_line_of(cmd: &mut std::process::Command, what: &str) -> Result<String> {
     let out = cmd
         .stderr(std::process::Stdio::inherit())
@@ -104,7 +98,7 @@ async fn run(args: Args) -> Result<bool> {
         Some(p) => p.clone(),
         None => PathBuf::from(last_line_of(
             std::process::Command::new("bash")
-                .arg(repo_root().join("hack/cluster.sh"))
+                .arg(repo::root().join("hack/cluster.sh"))
                 .arg("kubeconfig"),
             "hack/cluster.sh kubeconfig",
         )?),
@@ -118,7 +112,7 @@ async fn run(args: Args) -> Result<bool> {
     let results_dir = args
         .results_dir
         .clone()
-        .unwrap_or_else(|| repo_root().join("loadtest/results"));
+        .unwrap_or_else(|| repo::root().join("loadtest/results"));
     std::fs::create_dir_all(&results_dir)?;
     let bin = controller_bin(&args)?;
     let commit = checkout_commit();
@@ -169,7 +163,7 @@ fn controller_bin(args: &Args) -> Result<Option<String>> {
         std::process::Command::new("make")
             .arg("-s")
             .arg("binary")
-            .current_dir(repo_root()),
+            .current_dir(repo::root()),
         "make -s binary",
     )?;
     Ok(Some(built))
@@ -196,7 +190,7 @@ fn checkout_commit() -> Option<String> {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .arg("-C")
-            .arg(repo_root())
+            .arg(repo::root())
             .args(args)
             .stderr(std::process::Stdio::null())
             .output()

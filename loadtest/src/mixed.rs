@@ -108,6 +108,22 @@ impl Watched for Job {
     fn forget(&self, _: &mut State) {}
 }
 
+/// A Knative Service (`custom-kind`): its revision template, recorded as a Deployment's.
+impl Watched for crate::custom_kind::KnativeService {
+    fn record(&self, st: &mut State, t: f64) {
+        let (Some(ns), Some(name)) = (&self.metadata.namespace, &self.metadata.name) else {
+            return;
+        };
+        let generation = self.metadata.generation.unwrap_or(0);
+        st.apply(format!("{ns}/{name}"), generation, &self.spec.template, t);
+    }
+    fn forget(&self, st: &mut State) {
+        if let (Some(ns), Some(name)) = (&self.metadata.namespace, &self.metadata.name) {
+            st.delete(&format!("{ns}/{name}"));
+        }
+    }
+}
+
 /// Watches the run's objects of kind `K` and records every change of a reloader field.
 async fn observe<K: Watched>(
     client: Client,

@@ -18,7 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info};
 
-use super::Admission;
+use super::handler::Admission;
 
 /// The serving certificate (PEM, leaf first) and its key.
 #[derive(Debug, Clone)]

@@ -147,13 +147,17 @@ mod tests {
             json!({"metadata": {"generation": 4}, "status": {"observedGeneration": observed,
                 "conditions": [{"type": "Ready", "status": ready, "reason": "RevisionMissing"}]}})
         };
-        assert!(matches!(assess(kind, &service(3, "True")), Health::Progressing(_)));
+        assert!(matches!(
+            assess(kind, &service(3, "True")),
+            Health::Progressing(_)
+        ));
         assert!(matches!(
             assess(kind, &service(4, "False")),
             Health::Progressing(m) if m.contains("RevisionMissing")
         ));
         assert_eq!(assess(kind, &service(4, "True")), Health::Healthy);
-        let no_conditions = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1}});
+        let no_conditions =
+            json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1}});
         assert_eq!(assess(kind, &no_conditions), Health::Healthy);
     }
 

@@ -33,8 +33,8 @@ fn fixture(name: &str) -> CustomResourceDefinition {
 }
 
 fn read_crd(path: &std::path::Path) -> CustomResourceDefinition {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
 

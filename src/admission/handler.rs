@@ -1,0 +1,196 @@
+//! The webhook's answer to one admission review: the workload read, the configs it uses read
+//! fresh and hashed (payloads dropped), the patch of `mutation` returned.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use tracing::{debug, warn};
+
+use super::mutation::{ReadConfig, configs_to_read, template_patch};
+use crate::config::Settings;
+use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
+use crate::reloader_format::hash::{ConfigPayload, digest_payload};
+
+/// Answers admission reviews of workloads.
+pub struct Admission {
+    client: Client,
+    settings: Arc<Settings>,
+}
+
+impl Admission {
+    pub fn new(client: Client, settings: Arc<Settings>) -> Self {
+        Self { client, settings }
+    }
+
+    /// The answer to one review: always allowed; patched when the template lacks a current hash.
+    pub async fn review(
+        &self,
+        review: AdmissionReview<DynamicObject>,
+    ) -> AdmissionReview<DynamicObject> {
+        let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+            Ok(request) => request,
+            Err(e) => {
+                warn!(error = %e, "admission review without a request");
+                return AdmissionResponse::invalid(e.to_string()).into_review();
+            }
+        };
+        let response = AdmissionResponse::from(&request);
+        match self.patch(&request).await {
+            Some(patch) => match response.clone().with_patch(patch) {
+                Ok(patched) => patched.into_review(),
+                Err(e) => {
+                    warn!(error = %e, "admission patch could not be encoded; admitted unchanged");
+                    response.into_review()
+                }
+            },
+            None => response.into_review(),
+        }
+    }
+
+    async fn patch(&self, request: &AdmissionRequest<DynamicObject>) -> Option<json_patch::Patch> {
+        if !matches!(request.operation, Operation::Create | Operation::Update) {
+            return None;
+        }
+        // By group and kind: a declared `Service` is not the core one.
+        let kind = WorkloadKind::named(&request.kind.kind).filter(|k| {
+            self.settings.handles_workload(*k)
+                && crate::resources::api_resource(*k).group == request.kind.group
+        })?;
+        let namespace = request.namespace.as_deref()?;
+        if !self.watches_namespace(namespace).await {
+            return None;
+        }
+        let mut object = serde_json::to_value(request.object.as_ref()?).ok()?;
+        // A create's object may carry no namespace yet: the request names it.
+        if let (Some(ns), Some(meta)) = (&request.namespace, object.get_mut("metadata")) {
+            meta["namespace"] = serde_json::json!(ns);
+        }
+        if object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .is_none_or(str::is_empty)
+        {
+            // generateName: any name will do for reading the template.
+            object["metadata"]["name"] = serde_json::json!(request.name.clone() + "-admitted");
+        }
+        let wanted = configs_to_read(kind, &object, &self.settings);
+        let read = self.read_configs(&wanted).await;
+        let now = jiff::Timestamp::now().as_second();
+        let workload = format!(
+            "{kind}/{}/{}",
+            request.namespace.as_deref().unwrap_or(""),
+            request.name
+        );
+        match template_patch(kind, &object, &self.settings, &read, now) {
+            Ok(ops) => {
+                debug!(%workload, operations = ops.len(), "admission: current hashes written into the template");
+                serde_json::from_value(serde_json::Value::Array(ops)).ok()
+            }
+            Err(why) => {
+                debug!(%workload, ?why, "admission: nothing to write");
+                None
+            }
+        }
+    }
+
+    /// The controller would reload workloads of `namespace`: `--namespaces`,
+    /// `--namespaces-to-ignore` and `--namespace-selector` (asked of the API server).
+    async fn watches_namespace(&self, namespace: &str) -> bool {
+        let settings = &self.settings;
+        if !settings.namespace_in_scope(namespace) || settings.namespace_ignored(namespace) {
+            return false;
+        }
+        let Some(selector) = &settings.namespace_selector else {
+            return true;
+        };
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let params = ListParams::default()
+            .fields(&format!("metadata.name={namespace}"))
+            .labels(selector);
+        match api.list(&params).await {
+            Ok(list) => !list.items.is_empty(),
+            Err(e) => {
+                warn!(namespace, error = %e, "admission: namespace not read; admitted unchanged");
+                false
+            }
+        }
+    }
+
+    /// The configs of `keys` that exist and that the controller watches (its
+    /// `--resource-label-selector`, evaluated by the API server), hashed; payloads dropped.
+    async fn read_configs(&self, keys: &[ConfigKey]) -> BTreeMap<ConfigKey, ReadConfig> {
+        let mut read = BTreeMap::new();
+        for key in keys {
+            match self.read_config(key).await {
+                Ok(Some(config)) => {
+                    read.insert(key.clone(), config);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(config = %key, error = %e, "admission: config not read; its hash is not written")
+                }
+            }
+        }
+        read
+    }
+
+    async fn read_config(&self, key: &ConfigKey) -> Result<Option<ReadConfig>, kube::Error> {
+        let mut params = ListParams::default().fields(&format!("metadata.name={}", key.name));
+        if let Some(selector) = &self.settings.resource_label_selector {
+            params = params.labels(selector);
+        }
+        let keys = &self.settings.keys;
+        let flag = |annotations: Option<&BTreeMap<String, String>>, name: &String| {
+            annotations
+                .and_then(|a| a.get(name))
+                .is_some_and(|v| v == "true")
+        };
+        let found = match key.kind {
+            ConfigKind::ConfigMap => {
+                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
+                api.list(&params).await?.items.into_iter().next().map(|c| {
+                    let a = c.metadata.annotations.as_ref();
+                    let (ignore, matched) = (flag(a, &keys.ignore), flag(a, &keys.match_));
+                    let payload = ConfigPayload::ConfigMap {
+                        data: c.data.unwrap_or_default(),
+                        binary_data: c
+                            .binary_data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.0))
+                            .collect(),
+                    };
+                    (ignore, matched, payload)
+                })
+            }
+            ConfigKind::Secret => {
+                if let Some(types) = self.settings.config_field_selector(ConfigKind::Secret) {
+                    params = params.fields(&format!("metadata.name={},{types}", key.name));
+                }
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
+                api.list(&params).await?.items.into_iter().next().map(|s| {
+                    let a = s.metadata.annotations.as_ref();
+                    let (ignore, matched) = (flag(a, &keys.ignore), flag(a, &keys.match_));
+                    let data = s
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect();
+                    (ignore, matched, ConfigPayload::Secret { data })
+                })
+            }
+            ConfigKind::SecretProviderClass => None,
+        };
+        Ok(found.map(|(ignore, matched, payload)| ReadConfig {
+            ignore,
+            matched,
+            hash: digest_payload(payload).reloader_hash(),
+        }))
+    }
+}
