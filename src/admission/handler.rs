@@ -11,7 +11,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use tracing::{debug, warn};
 
-use super::mutation::{ReadConfig, configs_to_read, template_patch};
+use super::mutation::{ReadConfig, configs_to_read, rolls, template_patch};
 use crate::config::Settings;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::reloader_format::hash::{ConfigPayload, digest_payload};
@@ -66,6 +66,12 @@ impl Admission {
             return None;
         }
         let mut object = serde_json::to_value(request.object.as_ref()?).ok()?;
+        if let Some(old) = &request.old_object {
+            let old = serde_json::to_value(old).ok()?;
+            if !rolls(kind, &old, &object) {
+                return None;
+            }
+        }
         // A create's object may carry no namespace yet: the request names it.
         if let (Some(ns), Some(meta)) = (&request.namespace, object.get_mut("metadata")) {
             meta["namespace"] = serde_json::json!(ns);

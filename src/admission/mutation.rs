@@ -43,6 +43,15 @@ pub fn configs_to_read(kind: WorkloadKind, object: &Value, settings: &Settings) 
         .collect()
 }
 
+/// Whether an update changes the pod template (a rollout happens anyway): only then is a hash
+/// written on update. An update that leaves the template alone (labels, replicas, the
+/// controller's own annotations) must not become a rollout: a reload a window, a delay, a
+/// halt or the churn breaker holds would go out with it.
+pub fn rolls(kind: WorkloadKind, old: &Value, new: &Value) -> bool {
+    let pointer = kind.pod_template_pointer();
+    old.pointer(pointer) != new.pointer(pointer)
+}
+
 /// Why nothing is written into a workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NothingWritten {
@@ -184,6 +193,18 @@ mod tests {
         // Admitted again (the next update of the same workload): nothing more to write.
         let again = template_patch(WorkloadKind::Deployment, &patched, &s, &read("h1"), 8);
         assert_eq!(again, Err(NothingWritten::UpToDate));
+    }
+
+    #[test]
+    fn only_an_update_that_changes_the_template_gets_a_hash() {
+        let old = deployment(json!({"reloader.stakater.com/auto": "true"}));
+        let mut scaled = old.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        scaled["metadata"]["labels"] = json!({"team": "a"});
+        assert!(!rolls(WorkloadKind::Deployment, &old, &scaled));
+        let mut upgraded = old.clone();
+        upgraded["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
+        assert!(rolls(WorkloadKind::Deployment, &old, &upgraded));
     }
 
     #[test]
