@@ -65,7 +65,7 @@ fn scaled_job(name: &str, annotations: Value) -> Value {
 /// Service CRD installed.
 async fn with_knative_hello(ns: &TestNamespace) {
     let c = &ns.client;
-    crds::ensure_published(c, crds::KNATIVE_SERVICES).await;
+    crds::ensure(c, &[crds::KNATIVE_SERVICES]).await;
     create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
     create(
         c,
@@ -164,7 +164,7 @@ async fn a_knative_service_rolls_by_its_revision_template_annotation() {
 async fn a_keda_scaled_job_gets_the_env_var_in_its_nested_job_template() {
     let ns = TestNamespace::new("custom-keda").await;
     let c = &ns.client;
-    crds::ensure_published(c, crds::KEDA_SCALED_JOBS).await;
+    crds::ensure(c, &[crds::KEDA_SCALED_JOBS]).await;
     create(c, &ns.name, secret("queue", json!({"token": "one"}))).await;
     create(c, &ns.name, scaled_job("worker", json!({AUTO.0: AUTO.1}))).await;
     let _controller = Controller::start(&[

@@ -223,6 +223,60 @@ async fn argo_on_without_rollouts_is_ready_reloads_and_rolls_rollouts_once_insta
     .await;
 }
 
+/// A declared custom kind whose CRD is not installed: the controller is ready and reloads the
+/// built-in kinds; once the CRD is installed, its objects are watched and rolled.
+#[tokio::test]
+async fn a_declared_kind_not_served_waits_and_is_rolled_once_installed() {
+    let _one = SERVER.lock().await;
+    let server = isolated().await;
+    let c = &server.admin;
+    crds::remove(c, crds::KNATIVE_SERVICES).await;
+    let ns = TestNamespace::on(&server.kubeconfig, "opt-custom", json!({})).await;
+    let controller = server
+        .controller(&[
+            &format!("--namespaces={}", ns.name),
+            "--custom-kind=serving.knative.dev/v1/Service,reload-by=annotations",
+        ])
+        .await;
+    let services = "serving.knative.dev/v1/services";
+    wait_served(&controller, services, false).await;
+    configmap_change_reloads(c, &ns.name, "before").await;
+
+    crds::install(c, crds::KNATIVE_SERVICES).await;
+    wait_served(&controller, services, true).await;
+    create(c, &ns.name, configmap("service-config", json!({"k": "v1"}))).await;
+    let service = json!({
+        "apiVersion": "serving.knative.dev/v1", "kind": "Service",
+        "metadata": {"name": "hello", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"template": {"spec": {"containers": [{"image": "registry.k8s.io/pause:3.10",
+            "envFrom": [{"configMapRef": {"name": "service-config"}}]}]}}}
+    });
+    create(c, &ns.name, service).await;
+    let mut value = 1;
+    wait_for(
+        "a Knative Service reloads once its CRD is installed",
+        Duration::from_secs(30),
+        || {
+            value += 1;
+            let (c, ns) = (c.clone(), ns.name.clone());
+            async move {
+                set_configmap_data(&c, &ns, "service-config", json!({"k": value.to_string()}))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let s = get(&c, &ns, "serving.knative.dev/v1", "Service", "hello")
+                    .await
+                    .ok_or("no Service")?;
+                let annotation =
+                    "/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from";
+                s.pointer(annotation)
+                    .map(|_| ())
+                    .ok_or_else(|| "not reloaded yet".to_string())
+            }
+        },
+    )
+    .await;
+}
+
 /// Reloader's chart with csi, argo, reloadOnCreate and syncAfterRestart, its RBAC bound (no
 /// watch on workloads: they are found by LIST), on a cluster serving Argo Rollouts but not the
 /// CSI driver. A ConfigMap and a Deployment created right after the start, then the ConfigMap

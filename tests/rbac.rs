@@ -366,7 +366,7 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
             "keda.sh" => crds::KEDA_SCALED_JOBS,
             other => panic!("no published CRD known for {other}"),
         };
-        crds::ensure_published(&admin, crd).await;
+        crds::ensure(&admin, &[crd]).await;
     }
     // Read again after installing CRDs, and decide what is needed from the same list helm renders
     // with: a parallel test may have installed the DeploymentConfig CRD meanwhile.

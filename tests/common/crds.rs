@@ -1,5 +1,7 @@
 //! CustomResourceDefinitions for the CRD-backed kinds (Argo Rollout, OpenShift DeploymentConfig,
-//! Secrets Store CSI), installed from `tests/fixtures/crds/<name>.json`. The control plane is
+//! Secrets Store CSI), installed from `tests/fixtures/crds/<name>.json`, and for the declared
+//! custom kinds tested (Knative's Service, KEDA's ScaledJob), as their projects publish them
+//! (hack/custom-kind-crds.sh). The control plane is
 //! shared by every test process and CRDs are never deleted, so installing is idempotent: create,
 //! accept "already exists", then wait until the resource is really served.
 #![allow(dead_code)]
@@ -25,11 +27,17 @@ pub const SECRET_PROVIDER_CLASS_POD_STATUSES: &str =
 /// CRDs this process already saw served.
 static SERVED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
+/// The CRD `name`: a fixture of tests/fixtures/crds, or one its project publishes in its Go
+/// module (hack/custom-kind-crds.sh copies those out).
 fn fixture(name: &str) -> CustomResourceDefinition {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/crds")
         .join(format!("{name}.json"));
-    read_crd(&path)
+    if path.exists() {
+        return read_crd(&path);
+    }
+    let dir = super::helm::script_last_line("hack/custom-kind-crds.sh", &[]);
+    read_crd(&PathBuf::from(dir).join(format!("{name}.json")))
 }
 
 fn read_crd(path: &std::path::Path) -> CustomResourceDefinition {
@@ -72,18 +80,6 @@ async fn create_and_wait(client: &Client, crd: &CustomResourceDefinition) {
 /// (hack/custom-kind-crds.sh).
 pub const KNATIVE_SERVICES: &str = "services.serving.knative.dev";
 pub const KEDA_SCALED_JOBS: &str = "scaledjobs.keda.sh";
-
-/// Installs a CRD published in its project's Go module (hack/custom-kind-crds.sh copies it out
-/// of the module) and waits until it is served.
-pub async fn ensure_published(client: &Client, name: &str) {
-    if SERVED.lock().unwrap().contains(name) {
-        return;
-    }
-    let dir = super::helm::script_last_line("hack/custom-kind-crds.sh", &[]);
-    let crd = read_crd(&PathBuf::from(dir).join(format!("{name}.json")));
-    create_and_wait(client, &crd).await;
-    SERVED.lock().unwrap().insert(name.to_string());
-}
 
 /// Waits until `crd` is Established and its resource served, in API discovery too.
 async fn wait_served(client: &Client, crd: &CustomResourceDefinition) {
