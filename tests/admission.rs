@@ -108,6 +108,8 @@ async fn start_with_webhook(ns: &TestNamespace, cert: &Certificate) -> (Controll
     let port = free_port();
     let controller = Controller::start(&[
         &format!("--namespaces={}", ns.name),
+        // Halts and held reloads kept in this namespace (the settle time's are not).
+        &format!("--pod-namespace={}", ns.name),
         &format!("--admission-addr=127.0.0.1:{port}"),
         &format!("--admission-cert-file={}", cert.cert().display()),
         &format!("--admission-key-file={}", cert.key().display()),
@@ -329,6 +331,25 @@ async fn one_helm_upgrade_of_a_workload_and_its_config_rolls_it_once() {
         controller.logs()
     );
     assert_eq!(rollouts, 1, "with the webhook, one rollout per upgrade");
+    assert!(
+        controller
+            .logs()
+            .contains("reload settling for the admission webhook"),
+        "the reload waited the settle time"
+    );
+    // Nothing was written to the halts ConfigMap (its first write creates it).
+    let halts = get(
+        &ns.client,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "kube-reloader-halts",
+    )
+    .await;
+    assert!(
+        halts.is_none(),
+        "a settling reload is not kept in the cluster: {halts:?}"
+    );
 
     let control = TestNamespace::new("admission-control").await;
     let _controller = Controller::start(&[&format!("--namespaces={}", control.name)]).await;

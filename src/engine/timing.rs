@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::model::{ConfigKey, WorkloadKey};
 use crate::reload_policy::ReloadTiming;
@@ -25,17 +25,10 @@ use super::{ConfigObserver, Engine};
 const RELEASE_TICK: Duration = Duration::from_secs(1);
 
 impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
-    /// When `workload` may be reloaded: its own window and delay, else its namespace's.
+    /// When `workload` may be reloaded: its own window and delay, else its namespace's, and
+    /// with the admission webhook on, its settle time.
     pub fn timing_of(&self, workload: &WorkloadKey) -> ReloadTiming {
-        let own = self
-            .index
-            .workload(workload)
-            .map(|e| e.policy.timing.clone())
-            .unwrap_or_default();
-        let own = match self.timing.namespaces.get(&*workload.namespace) {
-            Some(namespace) => own.or(&namespace),
-            None => own,
-        };
+        let own = self.annotated_timing(workload);
         // The admission webhook's settle time, as a delay no annotation overrides downwards.
         match self.settings.admission_settle {
             Some(settle) if own.delay.is_none_or(|d| d < settle) => ReloadTiming {
@@ -43,6 +36,19 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
                 ..own
             },
             _ => own,
+        }
+    }
+
+    /// The workload's own window and delay, else its namespace's (annotations only).
+    fn annotated_timing(&self, workload: &WorkloadKey) -> ReloadTiming {
+        let own = self
+            .index
+            .workload(workload)
+            .map(|e| e.policy.timing.clone())
+            .unwrap_or_default();
+        match self.timing.namespaces.get(&*workload.namespace) {
+            Some(namespace) => own.or(&namespace),
+            None => own,
         }
     }
 
@@ -83,19 +89,30 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         }
         let config = &item.change.change.config;
         item.change.span.record("result", "held");
-        info!(workload = %workload, config = %config, until = %at,
-            "reload held by the workload's window or delay");
-        self.hold(workload, config, since);
+        // Held by the admission webhook's settle time alone: seconds, kept in memory only. A
+        // restart or a hand-over meanwhile finds the workload's recorded hash behind its config
+        // and rolls it (missed while down); a record per reload would be two writes of the
+        // halts ConfigMap per reload, and a large fan-out would outgrow it.
+        let kept = !self.annotated_timing(workload).is_any_time();
+        match kept {
+            true => info!(workload = %workload, config = %config, until = %at,
+                "reload held by the workload's window or delay"),
+            false => debug!(workload = %workload, config = %config, until = %at,
+                "reload settling for the admission webhook"),
+        }
+        self.hold(workload, config, since, kept);
         true
     }
 
-    fn hold(&self, workload: &WorkloadKey, config: &ConfigKey, since: Timestamp) {
+    fn hold(&self, workload: &WorkloadKey, config: &ConfigKey, since: Timestamp, kept: bool) {
         let mut held = self.timing.held.entry(workload.clone()).or_insert(Held {
             configs: BTreeSet::new(),
             since,
+            kept,
         });
+        held.kept |= kept;
         let added = held.configs.insert(config.clone());
-        if let (true, Some(store)) = (added, self.halt_store()) {
+        if let (true, true, Some(store)) = (added, held.kept, self.halt_store()) {
             store.hold(
                 workload,
                 &HeldReload::new(workload, &held.configs, held.since),
@@ -121,6 +138,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             let mut held = self.timing.held.entry(workload).or_insert(Held {
                 configs: BTreeSet::new(),
                 since: record.since,
+                kept: true,
             });
             held.since = held.since.min(record.since);
             held.configs.extend(record.config_keys());
@@ -154,7 +172,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             if !self.ownership.owns(&workload.namespace) {
                 continue;
             }
-            if let Some(store) = self.halt_store() {
+            if let (true, Some(store)) = (held.kept, self.halt_store()) {
                 store.release(&workload);
             }
             rolled += usize::from(self.roll_held(&workload, held.configs));

@@ -22,6 +22,9 @@ pub(super) struct Held {
     pub(super) configs: BTreeSet<ConfigKey>,
     /// When the first held change was seen (the delay counts from it).
     pub(super) since: Timestamp,
+    /// Kept in the halts ConfigMap (a window or delay holds it, not only the admission
+    /// webhook's settle time).
+    pub(super) kept: bool,
 }
 
 impl TimingState {
