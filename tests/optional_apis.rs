@@ -173,6 +173,40 @@ async fn csi_on_without_the_driver_is_ready_reloads_and_takes_the_driver_up_when
     );
 }
 
+/// Changes ConfigMap `config` every half second until `workload` (api version, kind, name)
+/// shows the reload (`rolled`): a kind whose CRD was just installed is watched within a few
+/// checks of the API.
+async fn changes_until_rolled(
+    c: &Client,
+    ns: &str,
+    config: &str,
+    workload: (&str, &str, &str),
+    rolled: impl Fn(&Value) -> bool,
+) {
+    let (api_version, kind, name) = workload;
+    let mut value = 1;
+    wait_for(
+        &format!("{kind} {name} reloads once its CRD is installed"),
+        Duration::from_secs(30),
+        || {
+            value += 1;
+            let (c, ns) = (c.clone(), ns.to_string());
+            let rolled = &rolled;
+            async move {
+                set_configmap_data(&c, &ns, config, json!({"k": value.to_string()})).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let object = get(&c, &ns, api_version, kind, name)
+                    .await
+                    .ok_or(format!("no {kind} {name}"))?;
+                rolled(&object)
+                    .then_some(())
+                    .ok_or_else(|| "not reloaded yet".to_string())
+            }
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn argo_on_without_rollouts_is_ready_reloads_and_rolls_rollouts_once_installed() {
     let _one = SERVER.lock().await;
@@ -201,24 +235,12 @@ async fn argo_on_without_rollouts_is_ready_reloads_and_rolls_rollouts_once_insta
     rollout["apiVersion"] = json!("argoproj.io/v1alpha1");
     rollout["kind"] = json!("Rollout");
     create(c, &ns.name, rollout).await;
-    let mut value = 1;
-    wait_for(
-        "a Rollout reloads once its CRD is installed",
-        Duration::from_secs(30),
-        || {
-            value += 1;
-            let (c, ns) = (c.clone(), ns.name.clone());
-            async move {
-                set_configmap_data(&c, &ns, "rollout-config", json!({"k": value.to_string()}))
-                    .await;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let r = get(&c, &ns, "argoproj.io/v1alpha1", "Rollout", "canary")
-                    .await
-                    .ok_or("no Rollout")?;
-                env_value(&r, "/spec/template", "STAKATER_ROLLOUT_CONFIG_CONFIGMAP")
-                    .ok_or_else(|| "not reloaded yet".to_string())
-            }
-        },
+    changes_until_rolled(
+        c,
+        &ns.name,
+        "rollout-config",
+        ("argoproj.io/v1alpha1", "Rollout", "canary"),
+        |r| env_value(r, "/spec/template", "STAKATER_ROLLOUT_CONFIG_CONFIGMAP").is_some(),
     )
     .await;
 }
@@ -252,27 +274,14 @@ async fn a_declared_kind_not_served_waits_and_is_rolled_once_installed() {
             "envFrom": [{"configMapRef": {"name": "service-config"}}]}]}}}
     });
     create(c, &ns.name, service).await;
-    let mut value = 1;
-    wait_for(
-        "a Knative Service reloads once its CRD is installed",
-        Duration::from_secs(30),
-        || {
-            value += 1;
-            let (c, ns) = (c.clone(), ns.name.clone());
-            async move {
-                set_configmap_data(&c, &ns, "service-config", json!({"k": value.to_string()}))
-                    .await;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let s = get(&c, &ns, "serving.knative.dev/v1", "Service", "hello")
-                    .await
-                    .ok_or("no Service")?;
-                let annotation =
-                    "/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from";
-                s.pointer(annotation)
-                    .map(|_| ())
-                    .ok_or_else(|| "not reloaded yet".to_string())
-            }
-        },
+    let annotation =
+        "/spec/template/metadata/annotations/reloader.stakater.com~1last-reloaded-from";
+    changes_until_rolled(
+        c,
+        &ns.name,
+        "service-config",
+        ("serving.knative.dev/v1", "Service", "hello"),
+        |s| s.pointer(annotation).is_some(),
     )
     .await;
 }

@@ -11,10 +11,11 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use tracing::{debug, warn};
 
-use super::mutation::{ReadConfig, configs_to_read, rolls, template_patch};
+use super::mutation::{Admitted, ReadConfig, rolls};
 use crate::config::Settings;
+use crate::digest::ConfigSource;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::reloader_format::hash::{ConfigPayload, digest_payload};
+use crate::reloader_format::hash::digest_payload;
 
 /// Answers admission reviews of workloads.
 pub struct Admission {
@@ -84,15 +85,17 @@ impl Admission {
             // generateName: any name will do for reading the template.
             object["metadata"]["name"] = serde_json::json!(request.name.clone() + "-admitted");
         }
-        let wanted = configs_to_read(kind, &object, &self.settings);
-        let read = self.read_configs(&wanted).await;
-        let now = jiff::Timestamp::now().as_second();
-        let workload = format!(
-            "{kind}/{}/{}",
-            request.namespace.as_deref().unwrap_or(""),
-            request.name
-        );
-        match template_patch(kind, &object, &self.settings, &read, now) {
+        let workload = format!("{kind}/{namespace}/{}", request.name);
+        let patch = match Admitted::read(kind, &object, &self.settings) {
+            Ok(admitted) => {
+                let wanted = admitted.configs_to_read(&self.settings);
+                let read = self.read_configs(&wanted).await;
+                let now = jiff::Timestamp::now().as_second();
+                admitted.template_patch(&self.settings, &read, now)
+            }
+            Err(why) => Err(why),
+        };
+        match patch {
             Ok(ops) => {
                 debug!(%workload, operations = ops.len(), "admission: current hashes written into the template");
                 serde_json::from_value(serde_json::Value::Array(ops)).ok()
@@ -146,57 +149,46 @@ impl Admission {
     }
 
     async fn read_config(&self, key: &ConfigKey) -> Result<Option<ReadConfig>, kube::Error> {
-        let mut params = ListParams::default().fields(&format!("metadata.name={}", key.name));
+        match key.kind {
+            ConfigKind::ConfigMap => self.read_one::<ConfigMap>(key).await,
+            ConfigKind::Secret => self.read_one::<Secret>(key).await,
+            ConfigKind::SecretProviderClass => Ok(None),
+        }
+    }
+
+    /// Config `key` as the controller's watch of `K` would see it (its label selector and, for
+    /// Secrets, the ignored types as a field selector), hashed off the async runtime.
+    async fn read_one<K>(&self, key: &ConfigKey) -> Result<Option<ReadConfig>, kube::Error>
+    where
+        K: ConfigSource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    {
+        let by_name = format!("metadata.name={}", key.name);
+        let fields = match self.settings.config_field_selector(key.kind) {
+            Some(types) => format!("{by_name},{types}"),
+            None => by_name,
+        };
+        let mut params = ListParams::default().fields(&fields);
         if let Some(selector) = &self.settings.resource_label_selector {
             params = params.labels(selector);
         }
+        let api: Api<K> = Api::namespaced(self.client.clone(), &key.namespace);
+        let Some(config) = api.list(&params).await?.items.into_iter().next() else {
+            return Ok(None);
+        };
         let keys = &self.settings.keys;
-        let flag = |annotations: Option<&BTreeMap<String, String>>, name: &String| {
+        let annotations = config.meta().annotations.as_ref();
+        let flag = |name: &String| {
             annotations
                 .and_then(|a| a.get(name))
                 .is_some_and(|v| v == "true")
         };
-        let found = match key.kind {
-            ConfigKind::ConfigMap => {
-                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
-                api.list(&params).await?.items.into_iter().next().map(|c| {
-                    let a = c.metadata.annotations.as_ref();
-                    let (ignore, matched) = (flag(a, &keys.ignore), flag(a, &keys.match_));
-                    let payload = ConfigPayload::ConfigMap {
-                        data: c.data.unwrap_or_default(),
-                        binary_data: c
-                            .binary_data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.0))
-                            .collect(),
-                    };
-                    (ignore, matched, payload)
-                })
-            }
-            ConfigKind::Secret => {
-                if let Some(types) = self.settings.config_field_selector(ConfigKind::Secret) {
-                    params = params.fields(&format!("metadata.name={},{types}", key.name));
-                }
-                let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
-                api.list(&params).await?.items.into_iter().next().map(|s| {
-                    let a = s.metadata.annotations.as_ref();
-                    let (ignore, matched) = (flag(a, &keys.ignore), flag(a, &keys.match_));
-                    let data = s
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0))
-                        .collect();
-                    (ignore, matched, ConfigPayload::Secret { data })
-                })
-            }
-            ConfigKind::SecretProviderClass => None,
-        };
-        Ok(found.map(|(ignore, matched, payload)| ReadConfig {
+        let (ignore, matched) = (flag(&keys.ignore), flag(&keys.match_));
+        let payload = config.into_payload();
+        let digest = tokio::task::spawn_blocking(move || digest_payload(payload)).await;
+        Ok(digest.ok().map(|digest| ReadConfig {
             ignore,
             matched,
-            hash: digest_payload(payload).reloader_hash(),
+            hash: digest.reloader_hash(),
         }))
     }
 }

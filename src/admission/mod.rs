@@ -16,5 +16,5 @@ mod mutation;
 mod server;
 
 pub use handler::Admission;
-pub use mutation::{NothingWritten, ReadConfig, configs_to_read, rolls, template_patch};
+pub use mutation::{Admitted, NothingWritten, ReadConfig, rolls};
 pub use server::{AdmissionServer, TlsFiles};

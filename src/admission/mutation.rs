@@ -11,6 +11,7 @@ use crate::config::Settings;
 use crate::decide::{
     ConfigFacts, DecisionSwitches, ReloadReason, Verdict, WorkloadFacts, evaluate,
 };
+use crate::index::WorkloadEntry;
 use crate::model::{ConfigKey, ConfigKind, Counted, WorkloadKind};
 use crate::pod_restart::RestartBy;
 use crate::reload_policy::RolloutStrategy;
@@ -28,19 +29,6 @@ pub struct ReadConfig {
     pub matched: bool,
     /// Its Reloader hash.
     pub hash: String,
-}
-
-/// The configs a workload's template uses (or its reload lists name) that the webhook reads.
-pub fn configs_to_read(kind: WorkloadKind, object: &Value, settings: &Settings) -> Vec<ConfigKey> {
-    let Ok(entry) = crate::index::workload_entry(kind, object, &settings.keys) else {
-        return Vec::new();
-    };
-    entry
-        .uses
-        .iter()
-        .filter(|u| u.kind != ConfigKind::SecretProviderClass && settings.watches_config(u.kind))
-        .map(|u| ConfigKey::new(u.kind, &entry.key.namespace, &u.name))
-        .collect()
 }
 
 /// Whether an update changes the pod template (a rollout happens anyway): only then is a hash
@@ -64,77 +52,112 @@ pub enum NothingWritten {
     Unreadable,
 }
 
-/// The JSON Patch operations that put the current value of each config `object` would be
-/// reloaded for into its template; `now` is unix seconds (the annotation's `observedAt`).
-pub fn template_patch(
+/// A workload under admission, read once as the index reads a workload.
+pub struct Admitted<'a> {
     kind: WorkloadKind,
-    object: &Value,
-    settings: &Settings,
-    read: &BTreeMap<ConfigKey, ReadConfig>,
-    now: i64,
-) -> Result<Vec<Value>, NothingWritten> {
-    if matches!(kind, WorkloadKind::CronJob | WorkloadKind::Job) {
-        return Err(NothingWritten::NotATemplateReload);
-    }
-    let entry = crate::index::workload_entry(kind, object, &settings.keys)
-        .map_err(|_| NothingWritten::Unreadable)?;
-    let restarted = entry.policy.restart_by != RestartBy::Template
-        || (kind == WorkloadKind::Rollout
-            && entry.policy.rollout_strategy == RolloutStrategy::Restart);
-    if restarted {
-        return Err(NothingWritten::NotATemplateReload);
-    }
-    let switches = DecisionSwitches {
-        auto_reload_all: settings.auto_reload_all,
-        ignored_workloads: &settings.ignored_workloads,
-    };
-    let changes: Vec<TemplateChange> = entry
-        .uses
-        .iter()
-        .filter_map(|u| {
-            let key = ConfigKey::new(u.kind, &entry.key.namespace, &u.name);
-            let config = read.get(&key)?;
-            let facts = ConfigFacts {
-                kind: u.kind,
-                name: &u.name,
-                ignore: config.ignore,
-                matched: config.matched,
-            };
-            let workload = WorkloadFacts {
-                kind,
-                policy: &entry.policy,
-                referenced: u.referenced,
-            };
-            let Verdict::Reload(reason) = evaluate(facts, workload, switches) else {
-                return None;
-            };
-            Some(TemplateChange {
-                config: key,
-                hash: Some(config.hash.clone()),
-                counted: Counted::Whole,
-                explicit: reason == ReloadReason::ExplicitList,
-            })
+    object: &'a Value,
+    entry: WorkloadEntry,
+}
+
+impl<'a> Admitted<'a> {
+    pub fn read(
+        kind: WorkloadKind,
+        object: &'a Value,
+        settings: &Settings,
+    ) -> Result<Self, NothingWritten> {
+        let entry = crate::index::workload_entry(kind, object, &settings.keys)
+            .map_err(|_| NothingWritten::Unreadable)?;
+        Ok(Self {
+            kind,
+            object,
+            entry,
         })
-        .collect();
-    let mut edited = object.clone();
-    let strategy = settings.strategy_for(kind);
-    let edit = edit_template(
-        &mut edited,
-        kind,
-        EnvPlacement::of(kind),
-        strategy,
-        &settings.keys,
-        &changes,
-        now,
-    )
-    .map_err(|_| NothingWritten::Unreadable)?;
-    if edit.is_empty() {
-        return Err(NothingWritten::UpToDate);
     }
-    // The object under admission has no resourceVersion to guard (a create) or the server
-    // applies the patch to exactly this object (an update): no `test` operation.
-    let ops = json_patch_ops(&edited, &edit.touched);
-    Ok(ops.into_iter().filter(|op| op["op"] != "test").collect())
+
+    /// The configs its template uses (or its reload lists name) that the webhook reads.
+    pub fn configs_to_read(&self, settings: &Settings) -> Vec<ConfigKey> {
+        let entry = &self.entry;
+        entry
+            .uses
+            .iter()
+            .filter(|u| {
+                u.kind != ConfigKind::SecretProviderClass && settings.watches_config(u.kind)
+            })
+            .map(|u| ConfigKey::new(u.kind, &entry.key.namespace, &u.name))
+            .collect()
+    }
+
+    /// The JSON Patch operations that put the current value of each config it would be
+    /// reloaded for into its template; `now` is unix seconds (the annotation's `observedAt`).
+    pub fn template_patch(
+        &self,
+        settings: &Settings,
+        read: &BTreeMap<ConfigKey, ReadConfig>,
+        now: i64,
+    ) -> Result<Vec<Value>, NothingWritten> {
+        let (kind, object, entry) = (self.kind, self.object, &self.entry);
+
+        if matches!(kind, WorkloadKind::CronJob | WorkloadKind::Job) {
+            return Err(NothingWritten::NotATemplateReload);
+        }
+        let restarted = entry.policy.restart_by != RestartBy::Template
+            || (kind == WorkloadKind::Rollout
+                && entry.policy.rollout_strategy == RolloutStrategy::Restart);
+        if restarted {
+            return Err(NothingWritten::NotATemplateReload);
+        }
+        let switches = DecisionSwitches {
+            auto_reload_all: settings.auto_reload_all,
+            ignored_workloads: &settings.ignored_workloads,
+        };
+        let changes: Vec<TemplateChange> = entry
+            .uses
+            .iter()
+            .filter_map(|u| {
+                let key = ConfigKey::new(u.kind, &entry.key.namespace, &u.name);
+                let config = read.get(&key)?;
+                let facts = ConfigFacts {
+                    kind: u.kind,
+                    name: &u.name,
+                    ignore: config.ignore,
+                    matched: config.matched,
+                };
+                let workload = WorkloadFacts {
+                    kind,
+                    policy: &entry.policy,
+                    referenced: u.referenced,
+                };
+                let Verdict::Reload(reason) = evaluate(facts, workload, switches) else {
+                    return None;
+                };
+                Some(TemplateChange {
+                    config: key,
+                    hash: Some(config.hash.clone()),
+                    counted: Counted::Whole,
+                    explicit: reason == ReloadReason::ExplicitList,
+                })
+            })
+            .collect();
+        let mut edited = object.clone();
+        let strategy = settings.strategy_for(kind);
+        let edit = edit_template(
+            &mut edited,
+            kind,
+            EnvPlacement::of(kind),
+            strategy,
+            &settings.keys,
+            &changes,
+            now,
+        )
+        .map_err(|_| NothingWritten::Unreadable)?;
+        if edit.is_empty() {
+            return Err(NothingWritten::UpToDate);
+        }
+        // The object under admission has no resourceVersion to guard (a create) or the server
+        // applies the patch to exactly this object (an update): no `test` operation.
+        let ops = json_patch_ops(&edited, &edit.touched);
+        Ok(ops.into_iter().filter(|op| op["op"] != "test").collect())
+    }
 }
 
 #[cfg(test)]
@@ -165,6 +188,20 @@ mod tests {
             hash: hash.into(),
         };
         BTreeMap::from([(key, config)])
+    }
+
+    fn template_patch(
+        kind: WorkloadKind,
+        object: &Value,
+        s: &Settings,
+        read: &BTreeMap<ConfigKey, ReadConfig>,
+        now: i64,
+    ) -> Result<Vec<Value>, NothingWritten> {
+        Admitted::read(kind, object, s)?.template_patch(s, read, now)
+    }
+
+    fn configs_to_read(kind: WorkloadKind, object: &Value, s: &Settings) -> Vec<ConfigKey> {
+        Admitted::read(kind, object, s).unwrap().configs_to_read(s)
     }
 
     fn apply(object: &Value, ops: Vec<Value>) -> Value {
