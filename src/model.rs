@@ -74,12 +74,16 @@ pub enum WorkloadKind {
     Job,
     Rollout,
     DeploymentConfig,
+    /// A pod opted in by its label `kube-reloader.io/restart-by=eviction`
+    /// (`--restart-labelled-pods`): bare pods and pods whose owner ignores its template. The pod
+    /// is its own template; it is reloaded by eviction.
+    Pod,
     /// A kind declared with `--custom-kind` (`crate::custom_kinds`).
     Custom(CustomKindId),
 }
 
 impl WorkloadKind {
-    pub const BUILT_IN: [WorkloadKind; 7] = [
+    pub const BUILT_IN: [WorkloadKind; 8] = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,
         WorkloadKind::DaemonSet,
@@ -87,6 +91,7 @@ impl WorkloadKind {
         WorkloadKind::Job,
         WorkloadKind::Rollout,
         WorkloadKind::DeploymentConfig,
+        WorkloadKind::Pod,
     ];
 
     /// The built-in kinds and every declared custom kind.
@@ -118,14 +123,17 @@ impl WorkloadKind {
             WorkloadKind::Job => "Job",
             WorkloadKind::Rollout => "Rollout",
             WorkloadKind::DeploymentConfig => "DeploymentConfig",
+            WorkloadKind::Pod => "Pod",
             WorkloadKind::Custom(id) => id.get().kind.as_str(),
         }
     }
 
-    /// JSON pointer to the pod template inside the object.
+    /// JSON pointer to the pod template inside the object (a pod is its own: the whole object,
+    /// whose `metadata` and `spec` are a template's).
     pub fn pod_template_pointer(self) -> &'static str {
         match self {
             WorkloadKind::CronJob => "/spec/jobTemplate/spec/template",
+            WorkloadKind::Pod => "",
             WorkloadKind::Custom(id) => id.get().template.as_str(),
             _ => "/spec/template",
         }

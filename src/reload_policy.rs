@@ -288,12 +288,16 @@ pub fn restart_by_of(
 }
 
 /// As [`restart_by_of`] for a workload of `kind`: without the annotation, a kind declared with
-/// `reload-by=eviction` is restarted by eviction.
+/// `reload-by=eviction` is restarted by eviction; a pod always is (it has no template that
+/// anything would roll).
 pub fn restart_by_for(
     kind: crate::model::WorkloadKind,
     keys: &AnnotationKeys,
     metadata: &BTreeMap<String, String>,
 ) -> (RestartBy, Option<PolicyProblem>) {
+    if kind == crate::model::WorkloadKind::Pod {
+        return (RestartBy::Eviction, None);
+    }
     let declared = kind.custom().and_then(|c| c.reload_by);
     match (metadata.contains_key(&keys.restart_by), declared) {
         (false, Some(crate::custom_kinds::ReloadBy::Eviction)) => (RestartBy::Eviction, None),

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::core::{ApiResource, GroupVersionKind};
 
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
@@ -17,6 +17,7 @@ pub fn api_resource(kind: WorkloadKind) -> ApiResource {
         WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
         WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
         WorkloadKind::Job => ApiResource::erase::<Job>(&()),
+        WorkloadKind::Pod => ApiResource::erase::<Pod>(&()),
         WorkloadKind::Rollout => ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
             "rollouts",
@@ -147,6 +148,25 @@ pub fn config_reference(key: &crate::model::ConfigKey) -> ObjectReference {
 pub const CONFIG_PAGE_SIZE: u32 = 100;
 /// Workloads per page when lists are paginated (watch fallback and hand-over backfill).
 pub const WORKLOAD_PAGE_SIZE: u32 = 500;
+
+/// The label that opts a pod in to reloads (`--restart-labelled-pods`). Pods are listed and
+/// watched with it as their label selector: the API server sends only the pods opted in, so a
+/// cluster's other pods (by far the most numerous objects) cost nothing.
+pub const LABELLED_POD_SELECTOR: &str = "kube-reloader.io/restart-by=eviction";
+
+/// The label selector every list and watch of `kind` carries.
+pub fn workload_label_selector(kind: WorkloadKind) -> Option<&'static str> {
+    (kind == WorkloadKind::Pod).then_some(LABELLED_POD_SELECTOR)
+}
+
+/// The first page of a list of `kind`'s workloads.
+pub fn workload_list_params(kind: WorkloadKind) -> kube::api::ListParams {
+    let params = kube::api::ListParams::default().limit(WORKLOAD_PAGE_SIZE);
+    match workload_label_selector(kind) {
+        Some(selector) => params.labels(selector),
+        None => params,
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -31,6 +31,7 @@ pub fn workload_name_key(kind: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::DaemonSet => Some("k8s.daemonset.name"),
         WorkloadKind::CronJob => Some("k8s.cronjob.name"),
         WorkloadKind::Job => Some("k8s.job.name"),
+        WorkloadKind::Pod => Some("k8s.pod.name"),
         WorkloadKind::Rollout | WorkloadKind::DeploymentConfig | WorkloadKind::Custom(_) => None,
     }
 }
@@ -110,6 +111,6 @@ mod tests {
             .iter()
             .filter(|k| workload_name_key(**k).is_some())
             .count();
-        assert_eq!(named, 5);
+        assert_eq!(named, 6);
     }
 }

@@ -43,6 +43,8 @@ struct Needs {
     openshift: bool,
     csi: bool,
     pod_restarts: bool,
+    /// `podRestarts.labelledPods`: labelled pods watched, recorded on and evicted.
+    labelled_pods: bool,
     /// Declared custom kinds: (API group, resource).
     custom_kinds: Vec<(String, String)>,
     jobs: bool,
@@ -73,6 +75,7 @@ impl Needs {
             csi: on("enableCSIIntegration"),
             pod_restarts: r["podRestarts"]["enabled"] == true
                 || custom_kinds(r).iter().any(|k| k["reloadBy"] == "eviction"),
+            labelled_pods: r["podRestarts"]["labelledPods"] == true,
             custom_kinds: custom_kinds(r)
                 .iter()
                 .map(|k| {
@@ -140,7 +143,12 @@ impl Needs {
         for (group, resource) in &self.custom_kinds {
             g.extend(grant_set(&[(group, resource, "", roll)]));
         }
-        if self.pod_restarts {
+        if self.labelled_pods {
+            g.extend(grant_set(&[
+                ("", "pods", "", &["get", "list", "watch", "patch"]),
+                ("", "pods/eviction", "", &["create"]),
+            ]));
+        } else if self.pod_restarts {
             g.extend(grant_set(&[
                 ("", "pods", "", &["list"]),
                 ("", "pods/eviction", "", &["create"]),
@@ -489,6 +497,16 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
         create(c, ns, rollout).await;
     }
 
+    // A labelled bare pod (never scheduled: evicted, it is deleted at once).
+    if needs.labelled_pods {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "labelled", "annotations": auto.clone(),
+                "labels": {"kube-reloader.io/restart-by": "eviction"}},
+            "spec": pod_spec(uses.clone(), json!([]))});
+        pod["metadata"]["labels"]["kube-reloader-rbac"] = json!(release.name);
+        create(c, ns, pod).await;
+    }
+
     // With a list, a workload in the release namespace is reloaded as well.
     let home = scoped && listed;
     if home {
@@ -571,6 +589,19 @@ async fn prove_with(mode: &str, reloader_values: Value, capabilities: Capabiliti
                 env_value(&r, "/spec/template", &var)
                     .map(|_| ())
                     .ok_or_else(|| format!("no {var} yet"))
+            },
+        )
+        .await;
+    }
+    if needs.labelled_pods {
+        wait_for(
+            &format!("{mode}: the labelled pod evicted"),
+            Duration::from_secs(20),
+            || async {
+                match get(c, ns, "v1", "Pod", "labelled").await {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_string()),
+                }
             },
         )
         .await;
@@ -737,6 +768,17 @@ async fn pod_restarts_add_listing_pods_and_evicting_them_only() {
     prove(
         "pod-restarts",
         json!({"watchGlobally": false, "podRestarts": {"enabled": true}}),
+    )
+    .await;
+}
+
+/// `podRestarts.labelledPods`: watching, getting and patching pods (the restart recorded on
+/// each) and evicting them, in the watched namespaces only; a labelled pod is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labelled_pods_add_watching_recording_on_and_evicting_pods_only() {
+    prove(
+        "labelled-pods",
+        json!({"watchGlobally": false, "podRestarts": {"labelledPods": true}}),
     )
     .await;
 }

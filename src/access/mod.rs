@@ -455,6 +455,7 @@ pub fn group_resource(kind: WorkloadKind) -> (&'static str, &'static str) {
         WorkloadKind::DaemonSet => ("apps", "daemonsets"),
         WorkloadKind::CronJob => ("batch", "cronjobs"),
         WorkloadKind::Job => ("batch", "jobs"),
+        WorkloadKind::Pod => ("", "pods"),
         WorkloadKind::Rollout => ("argoproj.io", "rollouts"),
         WorkloadKind::DeploymentConfig => ("apps.openshift.io", "deploymentconfigs"),
         WorkloadKind::Custom(id) => (&id.get().group, &id.get().plural),

@@ -86,6 +86,12 @@ pub struct Flags {
     #[arg(long, env = "CUSTOM_KINDS", value_delimiter = ';')]
     pub custom_kind: Vec<String>,
 
+    /// Reload pods labelled `kube-reloader.io/restart-by=eviction` (bare pods, pods whose owner
+    /// ignores its template) by evicting them when a config they use changes. Only labelled
+    /// pods are watched (docs/pod-restarts.md).
+    #[arg(long, env = "RESTART_LABELLED_PODS", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub restart_labelled_pods: bool,
+
     /// Roll Argo Rollouts (argoproj.io/v1alpha1).
     #[arg(long = "is-Argo-Rollouts", env = "IS_ARGO_ROLLOUTS", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub is_argo_rollouts: bool,

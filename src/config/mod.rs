@@ -81,6 +81,8 @@ pub struct Settings {
     pub ignored_workloads: Vec<WorkloadKind>,
     pub argo_rollouts: bool,
     pub openshift: bool,
+    /// `--restart-labelled-pods`: pods opted in by their label are workloads.
+    pub labelled_pods: bool,
     /// `--admission-settle`, with the admission webhook on (`--admission-addr`): every reload
     /// waits this long, as a `reload-delay` would.
     pub admission_settle: Option<Duration>,
@@ -147,6 +149,7 @@ impl Settings {
         match kind {
             WorkloadKind::Rollout => self.argo_rollouts,
             WorkloadKind::DeploymentConfig => self.openshift,
+            WorkloadKind::Pod => self.labelled_pods,
             WorkloadKind::Custom(id) => self.custom_kinds.contains(&id),
             other => !self.ignored_workloads.contains(&other),
         }
@@ -257,6 +260,7 @@ impl TryFrom<Flags> for Settings {
             ignored_workloads,
             argo_rollouts: f.is_argo_rollouts,
             openshift: f.is_openshift,
+            labelled_pods: f.restart_labelled_pods,
             custom_kinds,
             admission_settle: (!f.admission_addr.trim().is_empty()
                 && !f.admission_settle.is_zero())

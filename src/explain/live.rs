@@ -496,7 +496,8 @@ mod tests {
             parse_workload_kind("statefulsets"),
             Some(WorkloadKind::StatefulSet)
         );
-        assert_eq!(parse_workload_kind("Pod"), None);
+        assert_eq!(parse_workload_kind("pods"), Some(WorkloadKind::Pod));
+        assert_eq!(parse_workload_kind("ReplicaSet"), None);
     }
 
     #[test]

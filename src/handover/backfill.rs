@@ -20,7 +20,7 @@ use crate::index::WorkloadObject;
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::protobuf::{Decode, FromProtobuf, workload_decoder};
 use crate::resources::{
-    CONFIG_PAGE_SIZE, WORKLOAD_PAGE_SIZE, api_resource, spc_pod_status_resource,
+    CONFIG_PAGE_SIZE, api_resource, spc_pod_status_resource, workload_list_params,
 };
 
 use super::gains::{GainSink, PageRequest, Watches};
@@ -147,7 +147,7 @@ impl<'a, W: Watches> Indexing<'a, W> {
             };
             let list = KindList {
                 api: &api,
-                params: ListParams::default().limit(WORKLOAD_PAGE_SIZE),
+                params: workload_list_params(kind),
                 resource: kind.as_str(),
                 decode: workload_decoder(kind),
             };

@@ -70,6 +70,9 @@ struct WorkloadSpec {
     /// Fields of `spec` under which a declared custom kind keeps its pod template
     /// (`jobTargetRef` of `/spec/jobTargetRef/template`), raw; empty for every other kind.
     declared: Vec<(Box<str>, Box<RawValue>)>,
+    /// A pod's own spec fields that hold config references (containers, init containers,
+    /// volumes), raw: a pod is its own template. No other kind's spec has them.
+    pod: Vec<(Box<str>, Box<RawValue>)>,
 }
 
 /// The fields of a workload's `spec` the index reads.
@@ -79,6 +82,7 @@ enum SpecField {
     JobTemplate,
     WorkloadRef,
     Declared(Box<str>),
+    Pod(&'static str),
     Other,
 }
 
@@ -96,6 +100,10 @@ impl<'de> Deserialize<'de> for SpecField {
                     "template" => SpecField::Template,
                     "jobTemplate" => SpecField::JobTemplate,
                     "workloadRef" => SpecField::WorkloadRef,
+                    // A pod's own spec: the fields the index reads (`crate::references`).
+                    "containers" => SpecField::Pod("containers"),
+                    "initContainers" => SpecField::Pod("initContainers"),
+                    "volumes" => SpecField::Pod("volumes"),
                     other if crate::custom_kinds::is_template_field(other) => {
                         SpecField::Declared(other.into())
                     }
@@ -127,6 +135,7 @@ impl<'de> Deserialize<'de> for WorkloadSpec {
                         SpecField::JobTemplate => spec.job_template = map.next_value()?,
                         SpecField::WorkloadRef => spec.workload_ref = map.next_value()?,
                         SpecField::Declared(name) => spec.declared.push((name, map.next_value()?)),
+                        SpecField::Pod(name) => spec.pod.push((name.into(), map.next_value()?)),
                         SpecField::Other => {
                             map.next_value::<serde::de::IgnoredAny>()?;
                         }
@@ -187,6 +196,9 @@ impl WorkloadObject {
             let decoded = (template.decode)(template.bytes.clone());
             return decoded.map(Some).map_err(TemplateError::Protobuf);
         }
+        if kind == WorkloadKind::Pod {
+            return self.pod_as_template();
+        }
         if let Some(declared) = kind
             .custom()
             .filter(|c| !c.template_within_field().is_empty())
@@ -195,6 +207,26 @@ impl WorkloadObject {
         }
         let parsed = self.pod_template_json(kind).map(serde_json::from_str);
         Ok(parsed.transpose()?)
+    }
+
+    /// A pod read as its own template: its labels and annotations, and the spec fields kept.
+    fn pod_as_template(&self) -> Result<Option<PodTemplateSpec>, TemplateError> {
+        let Some(spec) = &self.spec else {
+            return Ok(None);
+        };
+        let mut fields = serde_json::Map::new();
+        for (name, raw) in &spec.pod {
+            fields.insert(name.to_string(), serde_json::from_str(raw.get())?);
+        }
+        let metadata = ObjectMeta {
+            annotations: self.metadata.annotations.clone(),
+            labels: self.metadata.labels.clone(),
+            ..Default::default()
+        };
+        Ok(Some(PodTemplateSpec {
+            metadata: Some(metadata),
+            spec: Some(serde_json::from_value(serde_json::Value::Object(fields))?),
+        }))
     }
 
     /// A declared kind's template deeper inside a field of `spec` than the field itself.

@@ -142,6 +142,15 @@ struct CronJobSpec {
     job_template: Option<JobTemplate>,
 }
 
+/// A pod: its metadata; the pod is its own template. A `PodTemplateSpec` has a pod's tags for
+/// `metadata` (1) and `spec` (2), so the pod's bytes are read as its template (its `status`,
+/// tag 3, skipped as an unknown field).
+#[derive(Clone, PartialEq, Message)]
+struct PodWire {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<Meta>,
+}
+
 workload_wire!(DeploymentWire, DeploymentSpec);
 workload_wire!(StatefulSetWire, StatefulSetSpec);
 workload_wire!(DaemonSetWire, DaemonSetSpec);
@@ -166,6 +175,10 @@ pub fn workload(kind: WorkloadKind, object: Bytes) -> Result<WorkloadObject, Dec
             let template = w.spec.and_then(|s| s.job_template?.spec?.template);
             (w.metadata, template, false)
         }),
+        WorkloadKind::Pod => {
+            let whole = object.clone();
+            PodWire::decode(object).map(|w| (w.metadata, Some(whole), false))
+        }
         WorkloadKind::Rollout | WorkloadKind::DeploymentConfig | WorkloadKind::Custom(_) => {
             return Err(DecodeError::CustomResource(kind));
         }

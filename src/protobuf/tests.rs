@@ -227,3 +227,84 @@ fn a_bookmark_without_the_end_annotation_only_moves_the_version() {
         }
     );
 }
+
+/// A pod is its own template: read from protobuf (its bytes read as a `PodTemplateSpec`, whose
+/// `metadata` and `spec` tags are a pod's; `status` skipped) and from JSON (the spec fields the
+/// index reads), it gives the same index entry: the same configs, annotations and labels.
+#[test]
+fn a_pod_is_read_as_its_own_template_in_both_formats() {
+    use k8s_pb::api::core::v1 as core_pb;
+    let keys = AnnotationKeys::default();
+    let json = serde_json::json!({
+        "metadata": {"name": "worker", "namespace": "ns", "uid": "u1",
+            "labels": {"kube-reloader.io/restart-by": "eviction"},
+            "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"nodeName": "n1",
+            "containers": [{"name": "c", "image": "i", "envFrom": [{"secretRef": {"name": "creds"}}],
+                "volumeMounts": [{"name": "v", "mountPath": "/etc/files"}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "files"}}]},
+        "status": {"phase": "Running"}
+    });
+    let reference = |name: &str| {
+        Some(core_pb::LocalObjectReference {
+            name: Some(name.into()),
+        })
+    };
+    let pod = core_pb::Pod {
+        metadata: Some(meta_pb::ObjectMeta {
+            name: Some("worker".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u1".into()),
+            labels: [("kube-reloader.io/restart-by".into(), "eviction".into())].into(),
+            annotations: [("reloader.stakater.com/auto".into(), "true".into())].into(),
+            ..Default::default()
+        }),
+        spec: Some(core_pb::PodSpec {
+            node_name: Some("n1".into()),
+            containers: vec![core_pb::Container {
+                name: Some("c".into()),
+                image: Some("i".into()),
+                env_from: vec![core_pb::EnvFromSource {
+                    secret_ref: Some(core_pb::SecretEnvSource {
+                        local_object_reference: reference("creds"),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                volume_mounts: vec![core_pb::VolumeMount {
+                    name: Some("v".into()),
+                    mount_path: Some("/etc/files".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            volumes: vec![core_pb::Volume {
+                name: Some("v".into()),
+                volume_source: Some(core_pb::VolumeSource {
+                    config_map: Some(core_pb::ConfigMapVolumeSource {
+                        local_object_reference: reference("files"),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            }],
+            ..Default::default()
+        }),
+        status: Some(core_pb::PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        }),
+    };
+    let from_pb = workload(WorkloadKind::Pod, Bytes::from(pod.encode_to_vec())).unwrap();
+    let from_json: WorkloadObject = serde_json::from_value(json).unwrap();
+    let entry = |w: &WorkloadObject| workload_entry_from_object(WorkloadKind::Pod, w, &keys);
+    let (pb_entry, json_entry) = (entry(&from_pb).unwrap(), entry(&from_json).unwrap());
+    assert_eq!(format!("{pb_entry:?}"), format!("{json_entry:?}"));
+    let text = format!("{json_entry:?}");
+    for used in ["creds", "files"] {
+        assert!(text.contains(used), "{used} not in {text}");
+    }
+    let template = from_json.pod_template(WorkloadKind::Pod).unwrap().unwrap();
+    let labels = template.metadata.unwrap().labels.unwrap();
+    assert_eq!(labels["kube-reloader.io/restart-by"], "eviction");
+}

@@ -60,6 +60,7 @@ impl EnvPlacement {
             WorkloadKind::Rollout
             | WorkloadKind::CronJob
             | WorkloadKind::Job
+            | WorkloadKind::Pod
             | WorkloadKind::Custom(_) => EnvPlacement::Last,
         }
     }

@@ -50,7 +50,10 @@ pub(super) async fn restart_step(
         .map(|c| (config_id(&c.config), c.hash.clone().unwrap_or_default()))
         .collect();
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
-    let pods = pods_of(&pods_api, key, object).await?;
+    let pods = match key.kind {
+        WorkloadKind::Pod => vec![itself(key, object)?],
+        _ => pods_of(&pods_api, key, object).await?,
+    };
     let desired = desired_pods(key.kind, &object.data);
     let step = next_step(&record, &target, &pods, desired, jiff::Timestamp::now());
     tracing::debug!(workload = %key, step = step.name(), pods = pods.len(), desired, "restart step");
@@ -67,7 +70,11 @@ pub(super) async fn restart_step(
         EvictionStep::Evict(pod) => {
             turn.take().await;
             evict(&pods_api, key, &pod).await?;
-            Err(WriteError::Progressing(format!("evicted pod {pod}")))
+            match key.kind {
+                // The pod was the workload: it is gone, and its record with it.
+                WorkloadKind::Pod => Ok(Restarted::Done),
+                _ => Err(WriteError::Progressing(format!("evicted pod {pod}"))),
+            }
         }
         EvictionStep::Finish(record) => {
             turn.take().await;
@@ -159,6 +166,16 @@ fn selector_of(kind: WorkloadKind, data: &Value, name: &str) -> Option<Selector>
     (!selector.selects_all()).then_some(selector)
 }
 
+/// A labelled pod reloaded as a workload of its own: it is its only pod.
+fn itself(key: &WorkloadKey, object: &DynamicObject) -> Result<PodView, WriteError> {
+    let pod: Option<Pod> = object.clone().try_parse().ok();
+    pod.as_ref().and_then(pod_view).ok_or_else(|| {
+        WriteError::Permanent(format!(
+            "{key} cannot be read as a pod (no name, uid or creation time)"
+        ))
+    })
+}
+
 fn pod_view(pod: &Pod) -> Option<PodView> {
     let ready = pod
         .status
@@ -175,9 +192,11 @@ fn pod_view(pod: &Pod) -> Option<PodView> {
 }
 
 /// How many Ready pods the workload wants: its replicas (1 when unset), or for a DaemonSet
-/// the nodes it is scheduled to.
+/// the nodes it is scheduled to. A labelled pod is evicted whether Ready or not: nothing
+/// replaces it that the eviction could wait for.
 fn desired_pods(kind: WorkloadKind, data: &Value) -> usize {
     let count = match kind {
+        WorkloadKind::Pod => return 0,
         WorkloadKind::DaemonSet => data.pointer("/status/desiredNumberScheduled"),
         _ => data.pointer("/spec/replicas"),
     };
@@ -231,5 +250,6 @@ mod tests {
         );
         let ds = json!({"status": {"desiredNumberScheduled": 4}});
         assert_eq!(desired_pods(WorkloadKind::DaemonSet, &ds), 4);
+        assert_eq!(desired_pods(WorkloadKind::Pod, &scaled), 0);
     }
 }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Api;
-use kube::api::ListParams;
 use tracing::{info, warn};
 
 use crate::handover::gains::PageRequest;
@@ -23,7 +22,6 @@ use crate::protobuf::workload_decoder;
 use crate::resources::api_resource;
 
 use super::context::{SyncGate, WatchContext, WatchError, stream_namespaces};
-use crate::resources::WORKLOAD_PAGE_SIZE;
 
 /// How often a listed kind is listed in full.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -44,7 +42,7 @@ impl WatchContext {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
             None => Api::all_with(self.client.clone(), &ar),
         };
-        let mut params = ListParams::default().limit(WORKLOAD_PAGE_SIZE);
+        let mut params = crate::resources::workload_list_params(kind);
         let mut seen: HashSet<WorkloadKey> = HashSet::new();
         let mark = self.ownership.list_mark();
         let decode = workload_decoder(kind);

@@ -64,6 +64,10 @@ async fn watch_kind(
     config: watcher::Config,
 ) -> Result<(), WatchError> {
     let apis = dynamic_apis(&ctx.client, &ctx.settings.scope, &api_resource(kind));
+    let config = match crate::resources::workload_label_selector(kind) {
+        Some(selector) => config.labels(selector),
+        None => config,
+    };
     let stream = ctx.wire_streams(kind.as_str(), apis, config, workload_decoder(kind));
     let mut verbs = WorkloadVerbs {
         ctx: ctx.clone(),

@@ -77,8 +77,9 @@ pub fn assess(kind: WorkloadKind, obj: &Value) -> Health {
                 false => Health::Progressing("no pod succeeded yet".into()),
             }
         }
-        // A CronJob's next Job runs on its schedule: nothing to wait for.
-        WorkloadKind::CronJob => Health::Healthy,
+        // A CronJob's next Job runs on its schedule: nothing to wait for. A pod reloaded is
+        // evicted: what replaces it, if anything, is its owner's.
+        WorkloadKind::CronJob | WorkloadKind::Pod => Health::Healthy,
         // A declared kind: its controller has seen the template, and its Ready condition (the
         // convention Knative and most operators follow), where it has one, is not False.
         WorkloadKind::Custom(_) => {

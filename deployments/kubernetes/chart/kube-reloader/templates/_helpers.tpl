@@ -268,7 +268,16 @@ Events. Used by the ClusterRole (watchGlobally) and by each watched namespace's 
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-{{- if or ($v.podRestarts).enabled (include "kube-reloader.customKindEvicts" .) }}
+{{- if ($v.podRestarts).labelledPods }}
+# Pods labelled kube-reloader.io/restart-by=eviction (podRestarts.labelledPods): watched as
+# workloads of their own, the restart recorded on each, and evicted (never deleted).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch]
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- else if or ($v.podRestarts).enabled (include "kube-reloader.customKindEvicts" .) }}
 # restart-by: eviction (docs/pod-restarts.md): a workload's pods listed by its selector, and
 # evicted through the Eviction API (never deleted), so PodDisruptionBudgets hold.
 - apiGroups: [""]
@@ -320,6 +329,11 @@ reloads (the incumbent creates them). */}}
 {{- range $v.customKinds }}
 - apiGroups: [{{ include "kube-reloader.customKindGroup" . }}]
   resources: [{{ include "kube-reloader.customKindResource" . }}]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if ($v.podRestarts).labelledPods }}
+- apiGroups: [""]
+  resources: [pods]
   verbs: [get, list, watch]
 {{- end }}
 {{- if $v.enableCSIIntegration }}
@@ -386,6 +400,7 @@ ConfigMap the leader publishes and every replica watches (by name). */}}
 {{- end }}{{ end -}}
 {{- range $v.customKinds }}{{ $a = append $a (include "kube-reloader.customKindFlag" .) }}{{ end -}}
 {{- if $v.isOpenshift }}{{ $a = append $a "--is-openshift=true" }}{{ end -}}
+{{- if ($v.podRestarts).labelledPods }}{{ $a = append $a "--restart-labelled-pods=true" }}{{ end -}}
 {{- if $v.enableCSIIntegration }}{{ $a = append $a "--enable-csi-integration=true" }}{{ end -}}
 {{- if $v.reloadOnCreate }}{{ $a = append $a "--reload-on-create=true" }}{{ end -}}
 {{- if $v.reloadOnDelete }}{{ $a = append $a "--reload-on-delete=true" }}{{ end -}}
