@@ -618,6 +618,11 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             version,
             pins_acted,
         } = change;
+        // A restart by eviction changes no template: say so rather than the template strategy.
+        let strategy = match entry.policy.restart_by {
+            crate::pod_restart::RestartBy::Eviction => "eviction",
+            _ => self.settings.strategy_for(entry.key.kind).as_str(),
+        };
         let span = info_span!(
             parent: parent,
             "reload",
@@ -627,7 +632,7 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             workload.kind = %entry.key.kind,
             workload.namespace = %entry.key.namespace,
             workload.name = %entry.key.name,
-            strategy = self.settings.strategy_for(entry.key.kind).as_str(),
+            strategy,
             decision = reason.as_str(),
             result = tracing::field::Empty,
             coalesced_with = tracing::field::Empty,

@@ -794,6 +794,34 @@ fn custom_kinds_render_their_flags_and_only_their_rules() {
     }
 }
 
+/// `podRestarts.labelledPods`: the flag, and pods read, watched and patched (the restart
+/// recorded on each) and evicted; off by default, and `podRestarts.enabled` alone lists pods
+/// only.
+#[test]
+fn labelled_pods_render_their_flag_and_pod_rules() {
+    let objects = render(json!({"reloader": {"podRestarts": {"labelledPods": true}}}));
+    assert!(
+        has_arg(&objects, "--restart-labelled-pods=true"),
+        "{:?}",
+        args(&objects)
+    );
+    let g = grants(&one(&objects, "ClusterRole")["rules"]);
+    let pods = grant_set(&[
+        ("", "pods", "", &["get", "list", "watch", "patch"]),
+        ("", "pods/eviction", "", &["create"]),
+    ]);
+    assert!(pods.is_subset(&g), "{:?} missing", pods.difference(&g));
+    let listing = render(json!({"reloader": {"podRestarts": {"enabled": true}}}));
+    let g = grants(&one(&listing, "ClusterRole")["rules"]);
+    let watch = grant_set(&[("", "pods", "", &["watch"])]);
+    assert!(
+        watch.is_disjoint(&g),
+        "podRestarts.enabled alone watches no pod"
+    );
+    assert!(!has_arg(&listing, "--restart-labelled-pods=true"));
+    assert!(!has_arg(&render(json!({})), "--restart-labelled-pods=true"));
+}
+
 #[test]
 fn argo_openshift_and_csi_add_their_flags_and_only_their_rules() {
     let objects = render(json!({"reloader": {

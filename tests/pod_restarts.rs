@@ -498,10 +498,9 @@ async fn pod_uid(ns: &TestNamespace, name: &str) -> Option<String> {
 }
 
 /// `--restart-labelled-pods`: a pod labelled `kube-reloader.io/restart-by=eviction` is a
-/// workload of its own, reloaded by evicting it. A bare pod under a budget that allows no
-/// disruption is held (retried and reported) until the budget goes; the pods of a StatefulSet
-/// that ignores its template (`OnDelete`) are each evicted once and come back under their
-/// names; a bare pod with the same annotations and no label is never touched.
+/// workload of its own, reloaded by evicting it once. A bare pod under a budget that allows no
+/// disruption is held (retried and reported) until the budget goes; one without a budget is
+/// evicted at once; a bare pod with the same annotations and no label is never touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
     let ns = TestNamespace::new("kr-evict-pods").await;
@@ -509,50 +508,38 @@ async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
     let c = &ns.client;
     create(c, &ns.name, configmap("settings", json!({"k": "v1"}))).await;
     let auto = json!({"reloader.stakater.com/auto": "true"});
-    let opted_in = json!({"app": "worker", "kube-reloader.io/restart-by": "eviction"});
+    let opted_in = |app: &str| json!({"app": app, "kube-reloader.io/restart-by": "eviction"});
     create(c, &ns.name, on_node("control", &kwok.node, 1, auto.clone())).await;
-    create(
-        c,
-        &ns.name,
-        bare_pod("worker", &kwok.node, opted_in, auto.clone()),
-    )
-    .await;
-    create(
-        c,
-        &ns.name,
-        bare_pod("plain", &kwok.node, json!({"app": "plain"}), auto.clone()),
-    )
-    .await;
+    for (name, labels) in [
+        ("worker", opted_in("worker")),
+        ("free", opted_in("free")),
+        ("plain", json!({"app": "plain"})),
+    ] {
+        create(
+            c,
+            &ns.name,
+            bare_pod(name, &kwok.node, labels, auto.clone()),
+        )
+        .await;
+    }
     let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "worker"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "worker"}}}});
     create(c, &ns.name, pdb).await;
-    // A StatefulSet that rolls nothing on a template change: its pods are labelled instead.
-    let mut spec = pod_spec(env_from_configmap("settings"), json!([]));
-    spec["nodeName"] = json!(kwok.node);
-    let mut sts = statefulset("legacy", json!({}), spec);
-    sts["spec"]["replicas"] = json!(2);
-    sts["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
-    sts["spec"]["template"]["metadata"]["labels"]["kube-reloader.io/restart-by"] =
-        json!("eviction");
-    sts["spec"]["template"]["metadata"]["annotations"] = auto.clone();
-    create(c, &ns.name, sts).await;
     wait_ready(&ns, "control", 1).await;
     wait_for(
-        "the budget to count the bare pod healthy and the StatefulSet's 2 pods",
+        "the budget to count the bare pod healthy",
         Duration::from_secs(90),
         || async {
             let pdb = get(c, &ns.name, "policy/v1", "PodDisruptionBudget", "worker").await;
             let healthy = pdb.and_then(|p| p.pointer("/status/currentHealthy")?.as_i64());
-            let legacy = pod_uids(&ns, "legacy").await.len();
-            (healthy == Some(1) && legacy == 2)
+            (healthy == Some(1))
                 .then_some(())
-                .ok_or(format!("healthy {healthy:?}, legacy pods {legacy}"))
+                .ok_or(format!("healthy {healthy:?}"))
         },
     )
     .await;
     let (worker, plain) = (pod_uid(&ns, "worker").await, pod_uid(&ns, "plain").await);
-    let legacy_before = pod_uids(&ns, "legacy").await;
 
     let controller = Controller::start(&[
         &format!("--namespaces={}", ns.name),
@@ -562,19 +549,22 @@ async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
     .await;
     change_and_see_control_roll(&ns, "v2").await;
 
-    // The StatefulSet's pods, not held by any budget: each evicted and replaced.
+    let gone = |name: &'static str| {
+        let ns = &ns;
+        move || async move {
+            match pod_uid(ns, name).await {
+                None => Ok(()),
+                Some(uid) => Err(format!("{name} {uid} still running")),
+            }
+        }
+    };
     wait_for(
-        "both StatefulSet pods replaced",
-        Duration::from_secs(90),
-        || async {
-            let now = pod_uids(&ns, "legacy").await;
-            (now.len() == 2 && now.is_disjoint(&legacy_before))
-                .then_some(())
-                .ok_or(format!("before {legacy_before:?}, now {now:?}"))
-        },
+        "the pod without a budget evicted",
+        Duration::from_secs(60),
+        gone("free"),
     )
     .await;
-    // The bare pod: held by its budget, reported, still there.
+    // The pod under its budget: held, reported, still there.
     let note = wait_for_warning_event(c, &ns.name, "Pod", "worker", "ReloadFail").await;
     assert!(note.contains("PodDisruptionBudget"), "{note}");
     assert_eq!(
@@ -585,14 +575,9 @@ async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
 
     delete_object(c, &ns.name, "policy/v1", "PodDisruptionBudget", "worker").await;
     wait_for(
-        "the bare pod evicted once its budget is gone",
+        "the pod evicted once its budget is gone",
         Duration::from_secs(60),
-        || async {
-            match pod_uid(&ns, "worker").await {
-                None => Ok(()),
-                Some(uid) => Err(format!("worker {uid} still running")),
-            }
-        },
+        gone("worker"),
     )
     .await;
     let events = events_about(c, &ns.name, "Pod", "worker").await;
@@ -603,7 +588,7 @@ async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
         "{events:?}"
     );
     let logs = plain_logs(&controller);
-    for pod in ["worker", "legacy-0", "legacy-1"] {
+    for pod in ["worker", "free"] {
         let evictions = logs
             .lines()
             .filter(|l| l.contains("pod evicted for a reload") && l.contains(&format!("\"{pod}\"")))
