@@ -360,3 +360,76 @@ async fn one_helm_upgrade_of_a_workload_and_its_config_rolls_it_once() {
         "without the webhook: the upgrade's rollout and the reload's"
     );
 }
+
+/// Creates Deployment `name` reading `settings` and returns it as admitted, with how long the
+/// API server took.
+async fn create_timed(ns: &TestNamespace, name: &str) -> (Value, Duration) {
+    let started = std::time::Instant::now();
+    let created = create(
+        &ns.client,
+        &ns.name,
+        deployment(
+            name,
+            json!({"reloader.stakater.com/auto": "true"}),
+            pod_spec(env_from_configmap("settings"), json!([])),
+        ),
+    )
+    .await;
+    (serde_json::to_value(created).unwrap(), started.elapsed())
+}
+
+/// A webhook the API server cannot reach (a broken Service: nothing listens) or that hangs (its
+/// process stopped) never blocks a write (`failurePolicy: Ignore`): the workload is admitted
+/// unchanged, at once or after the call's timeout, and the controller's reload rolls it as
+/// without the webhook, so nothing is lost but the saved rollout.
+#[tokio::test]
+async fn a_webhook_down_or_hanging_blocks_no_write_and_loses_no_reload() {
+    let ns = TestNamespace::new("admission-down").await;
+    let c = &ns.client;
+    let cert = Certificate::new("down");
+    create(c, &ns.name, configmap("settings", json!({"mode": "a"}))).await;
+    let (controller, port) = start_with_webhook(&ns, &cert).await;
+    let nobody = free_port();
+    let registered = register(&ns, nobody, &cert);
+
+    let (web, took) = create_timed(&ns, "web").await;
+    assert_eq!(env_var(&web), None, "unreachable: admitted unchanged");
+    assert!(took < Duration::from_secs(5), "refused at once: {took:?}");
+    merge_patch(
+        c,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "settings",
+        json!({"data": {"mode": "b"}}),
+    )
+    .await;
+    let hash = configmap_hash(&[("mode", "b")]);
+    wait_for_deployment_env(c, &ns.name, "web", VAR, &hash).await;
+    drop(registered);
+
+    // The controller's own webhook, its process stopped: the call times out (5 s here), the
+    // write goes on; once the process runs again it rolls the Deployment for the next change.
+    let _registered = register(&ns, port, &cert);
+    wait_webhook_called(&ns).await;
+    controller.signal("STOP");
+    let (hung, took) = create_timed(&ns, "hung").await;
+    controller.signal("CONT");
+    assert_eq!(env_var(&hung), None, "timed out: admitted unchanged");
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(15),
+        "the call's timeout, not longer: {took:?}"
+    );
+    merge_patch(
+        c,
+        &ns.name,
+        "v1",
+        "ConfigMap",
+        "settings",
+        json!({"data": {"mode": "c"}}),
+    )
+    .await;
+    let hash = configmap_hash(&[("mode", "c")]);
+    wait_for_deployment_env(c, &ns.name, "hung", VAR, &hash).await;
+    wait_for_deployment_env(c, &ns.name, "web", VAR, &hash).await;
+}
