@@ -510,7 +510,7 @@ async fn debug_explain_matches_the_cli(
     assert_eq!(live["indexed"], false, "{body}");
     assert_eq!(live["shard"]["selected"], false, "{body}");
     let (code, _) = http_get(&format!(
-        "http://127.0.0.1:{}/debug/explain?kind=Pod&namespace=a&name=b",
+        "http://127.0.0.1:{}/debug/explain?kind=ReplicaSet&namespace=a&name=b",
         controller.metrics_port
     ))
     .await
