@@ -117,6 +117,8 @@ struct Started {
     pod_name: Option<String>,
     /// The shard selector the client sends, published by the shard view.
     selector: SelectorFeed,
+    /// The threads every config payload is hashed on (watches, view checks, admission).
+    digests: DigestPool,
 }
 
 pub async fn run(flags: Flags) -> anyhow::Result<()> {
@@ -183,8 +185,11 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let admin_server = match admission {
         None => admin_server,
         Some((addr, files)) => {
-            let handler =
-                crate::admission::Admission::new(started.client.clone(), started.settings.clone());
+            let handler = crate::admission::Admission::new(
+                started.client.clone(),
+                started.settings.clone(),
+                started.digests.clone(),
+            );
             let server = crate::admission::AdmissionServer::new(addr, &files, handler)
                 .context("--admission-addr: the webhook cannot start")?;
             with_admission(admin_server, server)
@@ -251,7 +256,12 @@ async fn start(flags: Flags) -> anyhow::Result<Started> {
         let by_update = access.uses(Fallback::MetaInfoByUpdate);
         meta_info.publish(&client, by_update).await;
     }
+    let digests = match settings.digest_workers {
+        0 => DigestPool::for_available_parallelism(),
+        n => DigestPool::new(n),
+    };
     Ok(Started {
+        digests,
         settings: Arc::new(settings),
         access,
         client,
@@ -300,7 +310,11 @@ fn build_pipeline(
         events.clone(),
         pauses.clone(),
     )
-    .checking_views(Arc::new(ConfigViews::new(client.clone(), index.clone())));
+    .checking_views(Arc::new(ConfigViews::new(
+        client.clone(),
+        index.clone(),
+        started.digests.clone(),
+    )));
     let writer = Arc::new(match &shadow {
         Some(shadow) => writer.shadowing(shadow.clone()),
         None => writer,
@@ -361,16 +375,17 @@ fn build_pipeline(
     let engine = Arc::new(engine);
     tokio::spawn(engine.clone().run_breaker_releases());
     tokio::spawn(engine.clone().run_hold_releases());
-    let pool = match settings.digest_workers {
-        0 => DigestPool::for_available_parallelism(),
-        n => DigestPool::new(n),
-    };
     let intake = crate::engine::intake::Intake::new(engine.clone(), events, pauses);
     let intake = Arc::new(match shadow {
         Some(shadow) => intake.with_shadow(shadow),
         None => intake,
     });
-    let watches = WatchContext::new(client.clone(), intake, pool, started.metrics.clone());
+    let watches = WatchContext::new(
+        client.clone(),
+        intake,
+        started.digests.clone(),
+        started.metrics.clone(),
+    );
     Ok((engine, watches))
 }
 

@@ -16,6 +16,7 @@ use tracing::Span;
 
 use common::TestNamespace;
 use common::objects::*;
+use kube_reloader::digest::DigestPool;
 use kube_reloader::handover::config_view::ConfigViews;
 use kube_reloader::index::{ConfigState, ReverseIndex};
 use kube_reloader::model::{ConfigKey, ConfigKind};
@@ -76,7 +77,8 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     let key = ConfigKey::new(ConfigKind::ConfigMap, &ns.name, &created.name_any());
     let index = Arc::new(ReverseIndex::new());
     let max_wait = Duration::from_secs(1);
-    let views = ConfigViews::new(c.clone(), index.clone()).with_max_wait(max_wait);
+    let views =
+        ConfigViews::new(c.clone(), index.clone(), DigestPool::new(1)).with_max_wait(max_wait);
     let now = Instant::now;
     let h1 = state("v1", 0).digest.reloader_hash();
     let h2 = state("v2", 0).digest.reloader_hash();

@@ -13,19 +13,24 @@ use tracing::{debug, warn};
 
 use super::mutation::{Admitted, ReadConfig, rolls};
 use crate::config::Settings;
-use crate::digest::ConfigSource;
+use crate::digest::{ConfigSource, DigestPool};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
-use crate::reloader_format::hash::digest_payload;
 
 /// Answers admission reviews of workloads.
 pub struct Admission {
     client: Client,
     settings: Arc<Settings>,
+    /// The watches' hashing threads (a 1 MiB Secret never stalls the runtime serving reviews).
+    digests: DigestPool,
 }
 
 impl Admission {
-    pub fn new(client: Client, settings: Arc<Settings>) -> Self {
-        Self { client, settings }
+    pub fn new(client: Client, settings: Arc<Settings>, digests: DigestPool) -> Self {
+        Self {
+            client,
+            settings,
+            digests,
+        }
     }
 
     /// The answer to one review: always allowed; patched when the template lacks a current hash.
@@ -157,7 +162,7 @@ impl Admission {
     }
 
     /// Config `key` as the controller's watch of `K` would see it (its label selector and, for
-    /// Secrets, the ignored types as a field selector), hashed off the async runtime.
+    /// Secrets, the ignored types as a field selector), hashed on the digest pool.
     async fn read_one<K>(&self, key: &ConfigKey) -> Result<Option<ReadConfig>, kube::Error>
     where
         K: ConfigSource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
@@ -184,7 +189,7 @@ impl Admission {
         };
         let (ignore, matched) = (flag(&keys.ignore), flag(&keys.match_));
         let payload = config.into_payload();
-        let digest = tokio::task::spawn_blocking(move || digest_payload(payload)).await;
+        let digest = self.digests.digest(payload).await;
         Ok(digest.ok().map(|digest| ReadConfig {
             ignore,
             matched,

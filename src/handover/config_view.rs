@@ -23,10 +23,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use tracing::warn;
 
-use crate::digest::ConfigSource;
+use crate::digest::{ConfigSource, DigestPool};
 use crate::index::{ConfigState, ReverseIndex};
 use crate::model::{ConfigKey, ConfigKind};
-use crate::reloader_format::hash::{ConfigPayload, digest_payload};
+use crate::reloader_format::hash::ConfigPayload;
 
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{QueuedChange, ViewCheck, WriteError, classify};
@@ -92,16 +92,19 @@ pub fn newest(change: &TemplateChange, indexed: Option<&ConfigState>) -> Newest 
 pub struct ConfigViews {
     client: Client,
     index: Arc<ReverseIndex>,
+    /// The watches' hashing threads: a config read whole is hashed there, as a watched one is.
+    digests: DigestPool,
     /// When each config's view was first found behind the server (cleared once current).
     behind_since: DashMap<ConfigKey, Instant, ahash::RandomState>,
     max_wait: Duration,
 }
 
 impl ConfigViews {
-    pub fn new(client: Client, index: Arc<ReverseIndex>) -> Self {
+    pub fn new(client: Client, index: Arc<ReverseIndex>, digests: DigestPool) -> Self {
         Self {
             client,
             index,
+            digests,
             behind_since: Default::default(),
             max_wait: MAX_VIEW_WAIT,
         }
@@ -173,7 +176,9 @@ impl ConfigViews {
         let Some(payload) = payload else {
             return Ok(false);
         };
-        let digest = tokio::task::spawn_blocking(move || digest_payload(payload))
+        let digest = self
+            .digests
+            .digest(payload)
             .await
             .map_err(|e| WriteError::Transient(format!("hashing {config}: {e}")))?;
         Ok(digest.blake3 == indexed.digest.blake3)
