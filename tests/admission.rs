@@ -395,15 +395,7 @@ async fn a_webhook_down_or_hanging_blocks_no_write_and_loses_no_reload() {
     let (web, took) = create_timed(&ns, "web").await;
     assert_eq!(env_var(&web), None, "unreachable: admitted unchanged");
     assert!(took < Duration::from_secs(5), "refused at once: {took:?}");
-    merge_patch(
-        c,
-        &ns.name,
-        "v1",
-        "ConfigMap",
-        "settings",
-        json!({"data": {"mode": "b"}}),
-    )
-    .await;
+    set_configmap_data(c, &ns.name, "settings", json!({"mode": "b"})).await;
     let hash = configmap_hash(&[("mode", "b")]);
     wait_for_deployment_env(c, &ns.name, "web", VAR, &hash).await;
     drop(registered);
@@ -420,15 +412,7 @@ async fn a_webhook_down_or_hanging_blocks_no_write_and_loses_no_reload() {
         took >= Duration::from_secs(4) && took < Duration::from_secs(15),
         "the call's timeout, not longer: {took:?}"
     );
-    merge_patch(
-        c,
-        &ns.name,
-        "v1",
-        "ConfigMap",
-        "settings",
-        json!({"data": {"mode": "c"}}),
-    )
-    .await;
+    set_configmap_data(c, &ns.name, "settings", json!({"mode": "c"})).await;
     let hash = configmap_hash(&[("mode", "c")]);
     wait_for_deployment_env(c, &ns.name, "hung", VAR, &hash).await;
     wait_for_deployment_env(c, &ns.name, "web", VAR, &hash).await;

@@ -126,6 +126,14 @@ async fn restarted_for(ns: &TestNamespace, name: &str, config: &str) -> Option<S
     restarted_for_kind(ns, "Deployment", name, config).await
 }
 
+/// How many times the controller's log says it evicted `pod`.
+fn evictions_of(logs: &str, pod: &str) -> usize {
+    let named = format!("\"{pod}\"");
+    logs.lines()
+        .filter(|l| l.contains("pod evicted for a reload") && l.contains(&named))
+        .count()
+}
+
 /// Changes `settings` and waits until `control` (rolled the usual way) records the new value.
 async fn change_and_see_control_roll(ns: &TestNamespace, value: &str) -> String {
     merge_patch(
@@ -406,11 +414,7 @@ async fn a_statefulset_is_restarted_pod_by_pod_under_the_same_names() {
     // logged for it).
     let logs = plain_logs(&controller);
     for pod in ["db-0", "db-1", "db-2"] {
-        let evictions = logs
-            .lines()
-            .filter(|l| l.contains("pod evicted for a reload") && l.contains(&format!("\"{pod}\"")))
-            .count();
-        assert_eq!(evictions, 1, "{pod} evicted once");
+        assert_eq!(evictions_of(&logs, pod), 1, "{pod} evicted once");
     }
     assert_eq!(
         revision().await,
@@ -589,11 +593,7 @@ async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
     );
     let logs = plain_logs(&controller);
     for pod in ["worker", "free"] {
-        let evictions = logs
-            .lines()
-            .filter(|l| l.contains("pod evicted for a reload") && l.contains(&format!("\"{pod}\"")))
-            .count();
-        assert_eq!(evictions, 1, "{pod} evicted once");
+        assert_eq!(evictions_of(&logs, pod), 1, "{pod} evicted once");
     }
     assert_eq!(
         pod_uid(&ns, "plain").await,
