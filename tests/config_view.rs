@@ -1,7 +1,8 @@
 //! The handover guard of the write path (src/handover/config_view.rs) against the real API server:
 //! while this replica's index is behind the server for a config, a write waits (`NotYet`), and a
 //! write carries the newest hash the index holds, so a lagging replica never writes an older hash
-//! after another wrote the newer one.
+//! after another wrote the newer one; a config indexed at a version made after the other replicas
+//! were quiet is not read at all.
 
 mod common;
 
@@ -23,6 +24,7 @@ use kube_reloader::model::{ConfigKey, ConfigKind};
 use kube_reloader::reloader_format::hash::{ConfigPayload, digest_payload};
 use kube_reloader::reloader_format::template::TemplateChange;
 use kube_reloader::rollout::{QueuedChange, WriteError};
+use kube_reloader::shard::Settling;
 
 fn state(value: &str, resource_version: u64) -> ConfigState {
     let data = BTreeMap::from([("k".to_string(), value.to_string())]);
@@ -85,13 +87,13 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     let change = |hash: &str| queued(&key, Some(hash), now());
 
     assert_waits(
-        views.ensure_current(&[change(&h1)]).await,
+        views.ensure_current(&[change(&h1)], Settling::Every).await,
         "the server has a config the index has not listed yet",
     );
     let v1 = server_version(&ns, "cfg").await;
     index.apply_config(key.clone(), state("v1", v1));
     let hash_of = |written: Vec<TemplateChange>| written[0].hash.clone();
-    let written = views.ensure_current(&[change(&h1)]).await;
+    let written = views.ensure_current(&[change(&h1)], Settling::Every).await;
     assert_eq!(
         hash_of(written.expect("the index is current")),
         Some(h1.clone())
@@ -107,7 +109,7 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     )
     .await;
     assert_waits(
-        views.ensure_current(&[change(&h1)]).await,
+        views.ensure_current(&[change(&h1)], Settling::Every).await,
         "the server has a newer version than the index",
     );
     // The wait is bounded (the view may never catch up, e.g. a config that left the label
@@ -116,12 +118,12 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     let long_ago = now() - Duration::from_secs(60);
     assert_waits(
         views
-            .ensure_current(&[queued(&key, Some(&h1), long_ago)])
+            .ensure_current(&[queued(&key, Some(&h1), long_ago)], Settling::Every)
             .await,
         "a change seen long ago, the view behind for a moment only",
     );
     tokio::time::sleep(max_wait + Duration::from_millis(100)).await;
-    let written = views.ensure_current(&[change(&h1)]).await;
+    let written = views.ensure_current(&[change(&h1)], Settling::Every).await;
     assert_eq!(
         written.expect("no longer waits once the view was behind for max_wait"),
         vec![],
@@ -129,13 +131,13 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
     );
     let v2 = server_version(&ns, "cfg").await;
     index.apply_config(key.clone(), state("v2", v2));
-    let written = views.ensure_current(&[change(&h1)]).await;
+    let written = views.ensure_current(&[change(&h1)], Settling::Every).await;
     assert_eq!(
         hash_of(written.expect("the index is current")),
         Some(h2.clone()),
         "the index already has a newer state than the change: the newer hash is written, never the older"
     );
-    let written = views.ensure_current(&[change(&h2)]).await;
+    let written = views.ensure_current(&[change(&h2)], Settling::Every).await;
     assert_eq!(
         hash_of(written.expect("the newest change")),
         Some(h2.clone())
@@ -152,12 +154,23 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
         json!({"metadata": {"annotations": {"team": "a"}}}),
     )
     .await;
+    // Once every other replica was quiet at a revision before v2, v2 (indexed here) is not read
+    // from the server: nobody can have written a newer hash from another view.
+    let written = views
+        .ensure_current(&[change(&h2)], Settling::ChangedUpTo(v2 - 1))
+        .await;
+    assert_eq!(
+        hash_of(written.expect("made after the others were quiet: not compared")),
+        Some(h2.clone())
+    );
     assert_waits(
-        views.ensure_current(&[change(&h2)]).await,
-        "the server has a newer version (metadata only)",
+        views
+            .ensure_current(&[change(&h2)], Settling::ChangedUpTo(v2))
+            .await,
+        "the server has a newer version (metadata only), and v2 is not after the quiet revision",
     );
     tokio::time::sleep(max_wait + Duration::from_millis(100)).await;
-    let written = views.ensure_current(&[change(&h2)]).await;
+    let written = views.ensure_current(&[change(&h2)], Settling::Every).await;
     assert_eq!(
         hash_of(written.expect("past the wait")),
         Some(h2.clone()),
@@ -169,12 +182,12 @@ async fn a_write_waits_while_the_index_is_behind_the_api_server() {
         .await
         .expect("deleting the ConfigMap");
     assert_waits(
-        views.ensure_current(&[change(&h2)]).await,
+        views.ensure_current(&[change(&h2)], Settling::Every).await,
         "the index still has a config the server deleted",
     );
     index.delete_config(&key);
     views
-        .ensure_current(&[queued(&key, None, now())])
+        .ensure_current(&[queued(&key, None, now())], Settling::Every)
         .await
         .expect("both agree it is gone");
 }

@@ -12,7 +12,9 @@
 //! watch brings meanwhile. The order matters: another replica's newer write that lands before
 //! our read of the workload implies a newer config, which this check sees; one that lands after
 //! it fails our write's resourceVersion test. Outside handovers, and in namespaces whose owner
-//! stayed the same, nothing is checked.
+//! stayed the same, nothing is checked; once the Leases show every other live replica released
+//! the move, only configs indexed at a version made before that are (`shard::Settling`): a newer
+//! version is one no other replica can have acted on, so its write needs no GET.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +32,7 @@ use crate::reloader_format::hash::ConfigPayload;
 
 use crate::reloader_format::template::TemplateChange;
 use crate::rollout::{QueuedChange, ViewCheck, WriteError, classify};
+use crate::shard::Settling;
 
 /// How long a write waits for this replica's view of a config to catch up with the API server.
 /// Past it, the change is written only if the server's content is the indexed one (a newer
@@ -116,10 +119,13 @@ impl ConfigViews {
     }
 
     /// The changes to write: each with the newest hash this replica knows for its config.
-    /// `Err(NotYet)` while this replica's view of a config is behind the server's.
+    /// `Err(NotYet)` while this replica's view of a config is behind the server's. Configs
+    /// `settling` does not check (their indexed version was made after every other replica
+    /// stopped acting here) are not read from the server.
     pub async fn ensure_current(
         &self,
         changes: &[QueuedChange],
+        settling: Settling,
     ) -> Result<Vec<TemplateChange>, WriteError> {
         let mut out = Vec::with_capacity(changes.len());
         for queued in changes {
@@ -130,9 +136,13 @@ impl ConfigViews {
                 continue;
             }
             let indexed = self.index.config(config);
-            let lag = match self.server_version(config).await? {
-                Some(server) => view_lag(indexed.as_ref().map(|s| s.resource_version), server),
-                None => ViewLag::Current,
+            let indexed_version = indexed.as_ref().map(|s| s.resource_version);
+            let lag = match settling.checks(indexed_version) {
+                true => match self.server_version(config).await? {
+                    Some(server) => view_lag(indexed_version, server),
+                    None => ViewLag::Current,
+                },
+                false => ViewLag::Current,
             };
             if lag != ViewLag::Current && !self.waited_enough(config) {
                 return Err(WriteError::NotYet(format!(
@@ -229,8 +239,9 @@ impl ViewCheck for ConfigViews {
     fn ensure_current<'a>(
         &'a self,
         changes: &'a [QueuedChange],
+        settling: Settling,
     ) -> futures::future::BoxFuture<'a, Result<Vec<TemplateChange>, WriteError>> {
-        Box::pin(ConfigViews::ensure_current(self, changes))
+        Box::pin(ConfigViews::ensure_current(self, changes, settling))
     }
 }
 

@@ -36,7 +36,7 @@ use crate::reloader_format::template::{
     EnvPlacement, TemplateChange, edit_template, json_patch_ops,
 };
 use crate::resources::{api_resource, workload_reference};
-use crate::shard::Ownership;
+use crate::shard::{Ownership, Settling};
 
 use crate::shadow::Shadow;
 use crate::shadow::marks::{carries, marks_of, ours_after_edit};
@@ -91,12 +91,13 @@ enum Step {
 
 /// Checks, before a write in a namespace another replica may have acted on lately, that this
 /// replica's view of the configs is as new as the API server's, and gives the changes to write
-/// (each with the newest hash known). The hand-over implements it (`handover::config_view`);
-/// the writer only knows it must ask.
+/// (each with the newest hash known); `settling` says which configs need the comparison. The
+/// hand-over implements it (`handover::config_view`); the writer only knows it must ask.
 pub trait ViewCheck: Send + Sync {
     fn ensure_current<'a>(
         &'a self,
         changes: &'a [QueuedChange],
+        settling: Settling,
     ) -> futures::future::BoxFuture<'a, Result<Vec<TemplateChange>, WriteError>>;
 }
 
@@ -471,10 +472,9 @@ impl KubeWriter {
             info!(workload = %key, "workload vanished before its reload was written, dropped");
             return Ok(None);
         };
-        let template_changes = match &self.view_check {
-            Some(check) if self.ownership.settling_in(&key.namespace) => {
-                check.ensure_current(changes).await?
-            }
+        let settling = self.ownership.settling_in(&key.namespace);
+        let template_changes = match (&self.view_check, settling) {
+            (Some(check), Some(settling)) => check.ensure_current(changes, settling).await?,
             _ => changes.iter().map(|c| c.change.clone()).collect(),
         };
         Ok(Some((object, template_changes)))

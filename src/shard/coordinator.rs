@@ -157,12 +157,15 @@ impl Coordinator {
 
     /// The membership Leases, read now.
     pub async fn members(&self) -> Result<Vec<Member>, kube::Error> {
-        let members = lease::members(
+        let (members, revision) = lease::members(
             &self.leases(),
             &self.member_liveness,
             self.settings.lease_duration,
         )
         .await?;
+        if revision != 0 {
+            self.state.members_read(&members, revision);
+        }
         let mut acted = self.members_acted.lock().expect("members acted lock");
         for m in members.iter().filter(|m| !m.acted.is_empty()) {
             // A member that stopped renewing keeps the value of its last renewal: after a pause
@@ -466,6 +469,13 @@ impl Coordinator {
         let installed = self.state.update_view(|view| view.install(next.clone()));
         if !installed {
             return;
+        }
+        if view.current.is_none() {
+            // A first assignment leaves nothing to release: this process never acted on any
+            // other. Saying so at the next renewal lets the others' handovers complete and
+            // their write-time checks narrow (`Moves::others_released`) without waiting for
+            // the next generation.
+            self.released.fetch_max(next.generation, Ordering::AcqRel);
         }
         let after = self.owned_now();
         info!(

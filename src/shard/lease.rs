@@ -115,12 +115,14 @@ pub struct Member {
 
 /// Every member Lease, live when it changed within its duration by this replica's monotonic
 /// clock (see [`Liveness`]): the holders' wall clocks never decide who is alive. A Lease without
-/// a duration counts with `default_duration` (`--lease-duration`).
+/// a duration counts with `default_duration` (`--lease-duration`). With them, the revision the
+/// list was read at (0 when the server gave none): a list read without a resourceVersion is
+/// consistent, so every write the Leases show happened at or before it.
 pub async fn members(
     api: &Api<Lease>,
     liveness: &Mutex<Liveness>,
     default_duration: std::time::Duration,
-) -> Result<Vec<Member>, kube::Error> {
+) -> Result<(Vec<Member>, u64), kube::Error> {
     let default_secs = i32::try_from(default_duration.as_secs()).unwrap_or(i32::MAX);
     let leases = api
         .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true")))
@@ -133,7 +135,13 @@ pub async fn members(
         .filter_map(|l| l.metadata.name.clone())
         .collect();
     liveness.retain(|name| names.iter().any(|n| n == name));
-    Ok(leases
+    let revision = leases
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let members = leases
         .items
         .into_iter()
         .filter_map(|l| {
@@ -165,7 +173,8 @@ pub async fn members(
                     .unwrap_or_default(),
             })
         })
-        .collect())
+        .collect();
+    Ok((members, revision))
 }
 
 /// The parts of a Lease whose change means "renewed"; None without a holder.

@@ -16,7 +16,7 @@ mod view;
 
 pub use assignment::{Assignment, Scheme};
 use server_sharding::SelectorFeed;
-pub use view::{Moves, SETTLE_WINDOW, ShardView};
+pub use view::{Moves, SETTLE_WINDOW, Settling, ShardView};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -107,12 +107,28 @@ impl ShardState {
     /// Whether writes in `namespace` check that this replica's view of their configs has caught
     /// up with the API server: another replica may have acted on it lately from its own view
     /// ([`Moves::moved`]).
-    fn settling_in(&self, namespace: &str) -> bool {
+    fn settling_in(&self, namespace: &str) -> Option<Settling> {
         let now_ms = self.epoch.elapsed().as_millis() as u64;
         self.moves
             .lock()
             .expect("moves lock")
             .moved(namespace, now_ms)
+    }
+
+    /// The membership Leases, listed at the API server's `revision`: the lowest generation
+    /// every other live replica has released bounds the moves whose other owners are quiet
+    /// ([`Moves::others_released`]). Without another live replica, nobody else acts at all.
+    pub fn members_read(&self, members: &[lease::Member], revision: u64) {
+        let released_by_others = members
+            .iter()
+            .filter(|m| m.live && m.identity != self.me)
+            .map(|m| m.released_generation)
+            .min()
+            .unwrap_or(u64::MAX);
+        self.moves
+            .lock()
+            .expect("moves lock")
+            .others_released(released_by_others, revision);
     }
 
     pub fn view(&self) -> ShardView {
@@ -292,11 +308,9 @@ impl Ownership {
 
     /// True while writes in `namespace` must check their config view: another replica may have
     /// acted on it lately, its owner having changed in a handover not yet [`SETTLE_WINDOW`] past
-    /// (`ShardState::settling_in`, [`Moves`]).
-    pub fn settling_in(&self, namespace: &str) -> bool {
-        self.shard
-            .as_ref()
-            .is_some_and(|s| s.settling_in(namespace))
+    /// (`ShardState::settling_in`, [`Moves`]); which of their configs, the [`Settling`].
+    pub fn settling_in(&self, namespace: &str) -> Option<Settling> {
+        self.shard.as_ref().and_then(|s| s.settling_in(namespace))
     }
 
     pub fn shard(&self) -> Option<&Arc<ShardState>> {
@@ -448,17 +462,24 @@ mod tests {
         let namespaces: Vec<String> = (0..100).map(|i| format!("team-{i}")).collect();
         let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
         let o = Ownership::sharded(Vec::new(), me.clone());
-        assert!(!o.settling_in("team-0"), "nothing assigned yet");
-        assert!(!Ownership::new(Vec::<String>::new(), false).settling_in("team-0"));
+        assert!(o.settling_in("team-0").is_none(), "nothing assigned yet");
+        assert!(
+            Ownership::new(Vec::<String>::new(), false)
+                .settling_in("team-0")
+                .is_none()
+        );
         me.update_view(|v| v.install(assignment(1, &["r0", "r1"])));
         assert!(
-            namespaces.iter().all(|ns| o.settling_in(ns)),
+            namespaces.iter().all(|ns| o.settling_in(ns).is_some()),
             "a first assignment: anyone may have acted before"
         );
         // The first assignment's window passes.
         let later = me.epoch.elapsed() + SETTLE_WINDOW + Duration::from_secs(1);
         me.moves.lock().unwrap().settled(later.as_millis() as u64);
-        assert!(namespaces.iter().all(|ns| !o.settling_in(ns)), "settled");
+        assert!(
+            namespaces.iter().all(|ns| o.settling_in(ns).is_none()),
+            "settled"
+        );
         // r2 joins: only what it takes moves; r0's and r1's other namespaces write at once.
         let three = assignment(2, &["r0", "r1", "r2"]);
         me.update_view(|v| v.install(three.clone()));
@@ -468,13 +489,52 @@ mod tests {
             .expect("the overlap keeps the previous assignment");
         for ns in &namespaces {
             assert_eq!(
-                o.settling_in(ns),
+                o.settling_in(ns).is_some(),
                 two.owner(ns) != three.owner(ns),
                 "{ns}: checks its view exactly when its owner changed"
             );
         }
-        assert!(namespaces.iter().any(|ns| o.settling_in(ns)));
-        assert!(namespaces.iter().any(|ns| !o.settling_in(ns)));
+        assert!(namespaces.iter().any(|ns| o.settling_in(ns).is_some()));
+        assert!(namespaces.iter().any(|ns| o.settling_in(ns).is_none()));
+    }
+
+    fn member(identity: &str, live: bool, released_generation: u64) -> lease::Member {
+        lease::Member {
+            identity: identity.into(),
+            live,
+            synced_generation: released_generation,
+            released_generation,
+            leaving: false,
+            hash_ranges: true,
+            acted: String::new(),
+        }
+    }
+
+    #[test]
+    fn writes_check_every_config_until_each_other_live_replica_released_the_move() {
+        let me = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
+        let o = Ownership::sharded(Vec::new(), me.clone());
+        me.update_view(|v| v.install(assignment(1, &["r0", "r1"])));
+        assert_eq!(o.settling_in("team-0"), Some(Settling::Every));
+        // This replica's own release does not count; r1 has not released generation 1.
+        me.members_read(&[member("r0", true, 1), member("r1", true, 0)], 100);
+        assert_eq!(o.settling_in("team-0"), Some(Settling::Every));
+        // r1 released it; r2's Lease expired (fenced, it writes nothing): quiet from 200 on.
+        me.members_read(
+            &[
+                member("r0", true, 0),
+                member("r1", true, 1),
+                member("r2", false, 0),
+            ],
+            200,
+        );
+        assert_eq!(o.settling_in("team-0"), Some(Settling::ChangedUpTo(200)));
+        // Alone, nobody else acts at all.
+        let alone = Arc::new(ShardState::new("r0".into(), Duration::from_secs(10)));
+        let o = Ownership::sharded(Vec::new(), alone.clone());
+        alone.update_view(|v| v.install(assignment(1, &["r0"])));
+        alone.members_read(&[member("r0", true, 0)], 300);
+        assert_eq!(o.settling_in("team-0"), Some(Settling::ChangedUpTo(300)));
     }
 
     #[test]

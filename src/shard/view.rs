@@ -78,8 +78,12 @@ impl ShardView {
 /// namespaces another replica may have acted on from its own view meanwhile. Only those need the
 /// write-time check; a namespace whose owner stayed the same had one replica acting on it
 /// throughout, so its writes go ahead without a GET (issue 43: a handover anywhere made every
-/// write of every replica check its view, and wait while the view lagged). Times are
-/// milliseconds on the replica's monotonic clock.
+/// write of every replica check its view, and wait while the view lagged). Within the window,
+/// once the membership Leases show every other live replica released the installed generation
+/// (read at a known revision of the API server), only configs this replica last saw change at
+/// or before that revision are checked: a later version was made after every other replica
+/// stopped acting here, so no replica can have written anything newer from its own view. Times
+/// are milliseconds on the replica's monotonic clock.
 #[derive(Debug, Default, Clone)]
 pub struct Moves {
     steps: Vec<Move>,
@@ -92,6 +96,32 @@ struct Move {
     /// When the view next had no previous assignment (every handover up to this one complete);
     /// `None` while one is under way.
     settled_at_ms: Option<u64>,
+    /// The API server's revision of a Lease list in which every other live replica had
+    /// released `installed`'s generation: none of them acts on what it gave this replica after
+    /// that. `None` until such a list is read.
+    others_quiet_at: Option<u64>,
+}
+
+/// Which configs a write in a namespace that moved lately checks against the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settling {
+    /// Every config it writes: another replica may still act, or may have acted from a view of
+    /// any age.
+    Every,
+    /// Only configs whose indexed resourceVersion is at or below this revision; newer versions
+    /// were made after every other replica had stopped acting on the namespace.
+    ChangedUpTo(u64),
+}
+
+impl Settling {
+    /// Whether a config whose index holds `indexed_version` (0: unknown) must be compared with
+    /// the server's.
+    pub fn checks(self, indexed_version: Option<u64>) -> bool {
+        match (self, indexed_version) {
+            (Settling::ChangedUpTo(quiet_at), Some(version)) if version != 0 => version <= quiet_at,
+            _ => true,
+        }
+    }
 }
 
 impl Moves {
@@ -100,7 +130,18 @@ impl Moves {
             before,
             installed,
             settled_at_ms: None,
+            others_quiet_at: None,
         });
+    }
+
+    /// A Lease list read at `revision` shows every other live replica released
+    /// `released_by_others` or later: moves up to that generation know when the others stopped.
+    pub fn others_released(&mut self, released_by_others: u64, revision: u64) {
+        for step in &mut self.steps {
+            if step.installed.generation <= released_by_others {
+                step.others_quiet_at.get_or_insert(revision);
+            }
+        }
     }
 
     /// The view has no previous assignment at `now_ms`: every move recorded so far has settled.
@@ -112,23 +153,34 @@ impl Moves {
         self.steps.retain(|step| step.live(now_ms));
     }
 
-    /// Whether another replica may have acted on `namespace` lately: a move not yet settled for
+    /// Whether another replica may have acted on `namespace` lately, and so which configs its
+    /// writes check (`None`: none). It may have when a move not yet settled for
     /// [`SETTLE_WINDOW`] gave it a different owner, or what happened before that move is not
     /// known (a first assignment: whoever acted before this replica started; a skipped
     /// generation: an assignment this replica never saw may have given it to another).
-    pub fn moved(&self, namespace: &str, now_ms: u64) -> bool {
+    pub fn moved(&self, namespace: &str, now_ms: u64) -> Option<Settling> {
         self.steps
             .iter()
-            .filter(|step| step.live(now_ms))
-            .any(|step| match &step.before {
-                None => true,
-                Some(b) if step.installed.generation != b.generation + 1 => true,
-                Some(b) => b.owner(namespace) != step.installed.owner(namespace),
+            .filter(|step| step.live(now_ms) && step.moved(namespace))
+            .fold(None, |settling, step| {
+                Some(match (settling, step.others_quiet_at) {
+                    (Some(Settling::Every), _) | (_, None) => Settling::Every,
+                    (Some(Settling::ChangedUpTo(a)), Some(b)) => Settling::ChangedUpTo(a.max(b)),
+                    (None, Some(b)) => Settling::ChangedUpTo(b),
+                })
             })
     }
 }
 
 impl Move {
+    fn moved(&self, namespace: &str) -> bool {
+        match &self.before {
+            None => true,
+            Some(b) if self.installed.generation != b.generation + 1 => true,
+            Some(b) => b.owner(namespace) != self.installed.owner(namespace),
+        }
+    }
+
     fn live(&self, now_ms: u64) -> bool {
         self.settled_at_ms
             .is_none_or(|at| now_ms.saturating_sub(at) < SETTLE_WINDOW.as_millis() as u64)
