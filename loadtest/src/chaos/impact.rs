@@ -14,7 +14,7 @@
 //! this one's reach. A change made while a fault that touches everything was in effect counts
 //! for none.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -113,6 +113,78 @@ pub fn by_kind(
             (kind, impact)
         })
         .collect()
+}
+
+/// How long before a change a fault still counts as holding up its reload (its relists, its
+/// takeover, the catch-up after it).
+pub const AFTERMATH_S: f64 = 5.0;
+
+/// The reloads slower than `threshold_ms` and the fault kinds that touched their namespace
+/// from [`AFTERMATH_S`] before the change until the reload was seen: which faults hold the tail.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlowReloads {
+    pub threshold_ms: f64,
+    pub reloads: usize,
+    /// Per fault kind, the slow reloads it touched (one touched by two kinds counts for both).
+    pub touched_by: BTreeMap<String, usize>,
+    /// Per fault kind, the slow reloads it alone touched.
+    pub only_by: BTreeMap<String, usize>,
+    /// Slow reloads no fault touched: their time went elsewhere (the machine, the design).
+    pub untouched: usize,
+}
+
+/// [`SlowReloads`] for each threshold.
+pub fn slow_reloads(
+    log: &[FaultRecord],
+    changes: &[Change],
+    observations: &[Observation],
+    writes: &ReplicaWrites,
+    margin_s: f64,
+    thresholds_ms: &[f64],
+) -> Vec<SlowReloads> {
+    let reloads = reload_latencies(changes, observations);
+    let reach: Vec<(&FaultRecord, Option<HashSet<String>>)> = log
+        .iter()
+        .map(|f| (f, touched(f, writes, margin_s)))
+        .collect();
+    let kinds_touching = |r: &Reload<'_>| -> BTreeSet<&str> {
+        let (from, to) = (r.t_sent - AFTERMATH_S, r.t_sent + r.latency_ms / 1000.0);
+        reach
+            .iter()
+            .filter(|(f, _)| f.start_s <= to && f.end_s >= from)
+            .filter(|(_, set)| set.as_ref().is_none_or(|s| s.contains(r.namespace)))
+            .map(|(f, _)| f.kind.as_str())
+            .collect()
+    };
+    thresholds_ms
+        .iter()
+        .map(|&threshold_ms| {
+            let mut out = SlowReloads {
+                threshold_ms,
+                reloads: 0,
+                touched_by: BTreeMap::new(),
+                only_by: BTreeMap::new(),
+                untouched: 0,
+            };
+            for r in reloads.iter().filter(|r| r.latency_ms > threshold_ms) {
+                out.reloads += 1;
+                let kinds = kinds_touching(r);
+                for kind in &kinds {
+                    *out.touched_by.entry(kind.to_string()).or_default() += 1;
+                }
+                match kinds.len() {
+                    0 => out.untouched += 1,
+                    1 => *out.only_by.entry(kinds_first(&kinds)).or_default() += 1,
+                    _ => {}
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+fn kinds_first(kinds: &BTreeSet<&str>) -> String {
+    kinds.first().map(|k| k.to_string()).unwrap_or_default()
 }
 
 /// A change reaching one workload, seen directly (not folded into a later change).

@@ -491,6 +491,20 @@ fn verdict(
     for (kind, k) in &impact_by_kind {
         log(&format!("  {kind}: {k:?}"));
     }
+    let slow = impact::slow_reloads(
+        records,
+        changes,
+        seen,
+        writes,
+        s.recovery_s,
+        &settings::SLOW_RELOAD_THRESHOLDS_MS,
+    );
+    for t in &slow {
+        log(&format!(
+            "  reloads over {} ms: {}, touched by {:?}, by one kind only {:?}, by none {}",
+            t.threshold_ms, t.reloads, t.touched_by, t.only_by, t.untouched
+        ));
+    }
     notes.insert(
         "chaos".into(),
         json!({
@@ -507,6 +521,7 @@ fn verdict(
             "fault_log": records,
             "impact_by_kind": impact_by_kind,
             "impact": impact::impacts(records, changes, seen, writes, s.recovery_s),
+            "slow_reloads": slow,
         }),
     );
     let shown = violations.iter().take(10).map(|v| {

@@ -143,3 +143,46 @@ fn nearest_rank_percentiles() {
     assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
     assert_eq!(percentile(&[], 50.0), None);
 }
+
+#[test]
+fn slow_reloads_name_the_fault_kinds_that_touched_them() {
+    let (changes, observations) = history();
+    let count = |pairs: &[(&str, usize)]| -> BTreeMap<String, usize> {
+        pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    };
+    // The kill touches `a` (r0 wrote there); the webhook on `b` ended long before b's change.
+    let log = [
+        fault("kill", "r0", 10.0, 13.0),
+        fault("webhook", "b", 0.0, 1.0),
+    ];
+    let [over_half_s, over_1_s] = slow_reloads(
+        &log,
+        &changes,
+        &observations,
+        &writes(),
+        2.0,
+        &[500.0, 1000.0],
+    )
+    .try_into()
+    .unwrap();
+    assert_eq!(over_half_s.reloads, 2, "a/w (4.0 s) and b/v (0.9 s)");
+    assert_eq!(over_half_s.only_by, count(&[("kill", 1)]));
+    assert_eq!(over_half_s.untouched, 1, "b/v: no fault reached `b`");
+    assert_eq!(over_1_s.reloads, 1);
+    assert_eq!(over_1_s.touched_by, count(&[("kill", 1)]));
+    assert_eq!(over_1_s.untouched, 0);
+    // An API server restart while both waited touches both; a/w is the kill's and the restart's.
+    let log = [
+        fault("kill", "r0", 10.0, 13.0),
+        fault("api-restart", "control-plane", 13.2, 13.4),
+    ];
+    let [over_half_s] = slow_reloads(&log, &changes, &observations, &writes(), 2.0, &[500.0])
+        .try_into()
+        .unwrap();
+    assert_eq!(
+        over_half_s.touched_by,
+        count(&[("api-restart", 2), ("kill", 1)])
+    );
+    assert_eq!(over_half_s.only_by, count(&[("api-restart", 1)]));
+    assert_eq!(over_half_s.untouched, 0);
+}
