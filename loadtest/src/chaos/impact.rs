@@ -131,7 +131,21 @@ pub struct SlowReloads {
     pub only_by: BTreeMap<String, usize>,
     /// Slow reloads no fault touched: their time went elsewhere (the machine, the design).
     pub untouched: usize,
+    /// The slowest of them (at most [`SLOWEST_LISTED`]), to follow in the controllers' logs.
+    pub slowest: Vec<SlowReload>,
 }
+
+/// One slow reload: which workload, when its change was made (run clock), how long it took,
+/// and the fault kinds that touched it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlowReload {
+    pub workload: String,
+    pub t_sent: f64,
+    pub latency_ms: f64,
+    pub touched_by: Vec<String>,
+}
+
+pub const SLOWEST_LISTED: usize = 20;
 
 /// [`SlowReloads`] for each threshold.
 pub fn slow_reloads(
@@ -165,10 +179,24 @@ pub fn slow_reloads(
                 touched_by: BTreeMap::new(),
                 only_by: BTreeMap::new(),
                 untouched: 0,
+                slowest: Vec::new(),
             };
-            for r in reloads.iter().filter(|r| r.latency_ms > threshold_ms) {
+            let mut slow: Vec<&Reload<'_>> = reloads
+                .iter()
+                .filter(|r| r.latency_ms > threshold_ms)
+                .collect();
+            slow.sort_by(|a, b| b.latency_ms.total_cmp(&a.latency_ms));
+            for (rank, r) in slow.into_iter().enumerate() {
                 out.reloads += 1;
                 let kinds = kinds_touching(r);
+                if rank < SLOWEST_LISTED {
+                    out.slowest.push(SlowReload {
+                        workload: r.workload.to_string(),
+                        t_sent: r.t_sent,
+                        latency_ms: r.latency_ms,
+                        touched_by: kinds.iter().map(|k| k.to_string()).collect(),
+                    });
+                }
                 for kind in &kinds {
                     *out.touched_by.entry(kind.to_string()).or_default() += 1;
                 }
@@ -189,6 +217,7 @@ fn kinds_first(kinds: &BTreeSet<&str>) -> String {
 
 /// A change reaching one workload, seen directly (not folded into a later change).
 struct Reload<'a> {
+    workload: &'a str,
     namespace: &'a str,
     t_sent: f64,
     latency_ms: f64,
@@ -212,6 +241,7 @@ fn reload_latencies<'a>(changes: &'a [Change], observations: &[Observation]) -> 
                 let namespace = w.split_once('/').map_or(w.as_str(), |(ns, _)| ns);
                 let latency_ms = (t - ack).max(0.0) * 1000.0;
                 out.push(Reload {
+                    workload: w,
                     namespace,
                     t_sent: c.t_sent,
                     latency_ms,

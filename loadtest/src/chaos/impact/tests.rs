@@ -168,6 +168,13 @@ fn slow_reloads_name_the_fault_kinds_that_touched_them() {
     assert_eq!(over_half_s.reloads, 2, "a/w (4.0 s) and b/v (0.9 s)");
     assert_eq!(over_half_s.only_by, count(&[("kill", 1)]));
     assert_eq!(over_half_s.untouched, 1, "b/v: no fault reached `b`");
+    let slowest: Vec<(&str, f64)> = over_half_s
+        .slowest
+        .iter()
+        .map(|r| (r.workload.as_str(), (r.latency_ms / 100.0).round() / 10.0))
+        .collect();
+    assert_eq!(slowest, [("a/w", 4.0), ("b/v", 0.9)], "slowest first");
+    assert_eq!(over_half_s.slowest[0].touched_by, ["kill"]);
     assert_eq!(over_1_s.reloads, 1);
     assert_eq!(over_1_s.touched_by, count(&[("kill", 1)]));
     assert_eq!(over_1_s.untouched, 0);
