@@ -4,6 +4,17 @@ fn assignment(generation: u64, members: &[&str]) -> Arc<Assignment> {
     Arc::new(Assignment::of_members(generation, members))
 }
 
+/// r1 joins r0 (generation 1 -> 2): the moves, and one namespace r1 takes.
+fn r1_joins() -> (Moves, String) {
+    let mut moves = Moves::default();
+    moves.record(Some(assignment(1, &["r0"])), assignment(2, &["r0", "r1"]));
+    let taken = (0..100)
+        .map(|i| format!("team-{i}"))
+        .find(|ns| moves.moved(ns, 0).is_some())
+        .expect("r1 takes one");
+    (moves, taken)
+}
+
 #[test]
 fn only_namespaces_whose_owner_changed_have_moved() {
     let namespaces: Vec<String> = (0..200).map(|i| format!("team-{i}")).collect();
@@ -33,12 +44,7 @@ fn only_namespaces_whose_owner_changed_have_moved() {
 #[test]
 fn a_move_counts_until_the_settle_window_after_its_handover_completed() {
     let window = SETTLE_WINDOW.as_millis() as u64;
-    let mut moves = Moves::default();
-    moves.record(Some(assignment(1, &["r0"])), assignment(2, &["r0", "r1"]));
-    let taken = (0..100)
-        .map(|i| format!("team-{i}"))
-        .find(|ns| moves.moved(ns, 0).is_some())
-        .expect("r1 takes one");
+    let (mut moves, taken) = r1_joins();
     assert!(
         moves.moved(&taken, 10 * window).is_some(),
         "under way: however long the handover takes"
@@ -72,12 +78,7 @@ fn an_unknown_history_moves_every_namespace() {
 
 #[test]
 fn once_the_others_released_only_configs_changed_before_they_did_are_checked() {
-    let mut moves = Moves::default();
-    moves.record(Some(assignment(1, &["r0"])), assignment(2, &["r0", "r1"]));
-    let taken = (0..100)
-        .map(|i| format!("team-{i}"))
-        .find(|ns| moves.moved(ns, 0).is_some())
-        .expect("r1 takes one");
+    let (mut moves, taken) = r1_joins();
     assert_eq!(moves.moved(&taken, 0), Some(Settling::Every));
     moves.others_released(1, 500);
     assert_eq!(
