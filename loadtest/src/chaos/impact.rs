@@ -170,6 +170,14 @@ pub fn slow_reloads(
             .map(|(f, _)| f.kind.as_str())
             .collect()
     };
+    // Each reload's kinds once, over the lowest threshold; the higher ones take their share.
+    let lowest = thresholds_ms.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut slow: Vec<(&Reload<'_>, BTreeSet<&str>)> = reloads
+        .iter()
+        .filter(|r| r.latency_ms > lowest)
+        .map(|r| (r, kinds_touching(r)))
+        .collect();
+    slow.sort_by(|(a, _), (b, _)| b.latency_ms.total_cmp(&a.latency_ms));
     thresholds_ms
         .iter()
         .map(|&threshold_ms| {
@@ -181,15 +189,9 @@ pub fn slow_reloads(
                 untouched: 0,
                 slowest: Vec::new(),
             };
-            let mut slow: Vec<&Reload<'_>> = reloads
-                .iter()
-                .filter(|r| r.latency_ms > threshold_ms)
-                .collect();
-            slow.sort_by(|a, b| b.latency_ms.total_cmp(&a.latency_ms));
-            for (rank, r) in slow.into_iter().enumerate() {
+            for (r, kinds) in slow.iter().filter(|(r, _)| r.latency_ms > threshold_ms) {
                 out.reloads += 1;
-                let kinds = kinds_touching(r);
-                if rank < SLOWEST_LISTED {
+                if out.slowest.len() < SLOWEST_LISTED {
                     out.slowest.push(SlowReload {
                         workload: r.workload.to_string(),
                         t_sent: r.t_sent,
@@ -197,22 +199,18 @@ pub fn slow_reloads(
                         touched_by: kinds.iter().map(|k| k.to_string()).collect(),
                     });
                 }
-                for kind in &kinds {
+                for kind in kinds {
                     *out.touched_by.entry(kind.to_string()).or_default() += 1;
                 }
-                match kinds.len() {
-                    0 => out.untouched += 1,
-                    1 => *out.only_by.entry(kinds_first(&kinds)).or_default() += 1,
+                match (kinds.len(), kinds.first()) {
+                    (0, _) => out.untouched += 1,
+                    (1, Some(only)) => *out.only_by.entry(only.to_string()).or_default() += 1,
                     _ => {}
                 }
             }
             out
         })
         .collect()
-}
-
-fn kinds_first(kinds: &BTreeSet<&str>) -> String {
-    kinds.first().map(|k| k.to_string()).unwrap_or_default()
 }
 
 /// A change reaching one workload, seen directly (not folded into a later change).
