@@ -3,7 +3,8 @@
 //! pure rules, then the stages an event passes through (watch -> digest -> index -> engine ->
 //! rollout), then the edges. The data path and each module's concern: docs/architecture.md.
 
-// Shared leaves: identities, Kubernetes resources, Go-format values, span attributes.
+// Shared leaves: identities, Kubernetes resources, Go-format values, span attributes, the watch
+// backoff.
 /// Kinds declared with `--custom-kind`: resources with a pod template somewhere.
 pub mod custom_kinds;
 /// Booleans and durations as Reloader's Go flags and annotations write them.
@@ -14,6 +15,9 @@ pub mod model;
 pub mod resources;
 /// Span attributes of a reload (OpenTelemetry semantic conventions).
 pub mod spans;
+/// How long a broken watch waits before it tries again (the stages' watches and the shard
+/// assignment's).
+pub mod watch_backoff;
 
 // Settings and what follows from them.
 /// What RBAC lets this identity do, reviewed at start, and the fallbacks that follows.

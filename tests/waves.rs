@@ -537,9 +537,12 @@ async fn a_bad_value_rolls_only_the_first_wave_and_the_fix_rolls_everyone_once()
     }
     // The fix is a new change: a new sequence rolls everyone to it, the held ones once.
     set_configmap_data(&ns.client, &ns.name, "shared", json!({"v": "good"})).await;
+    // Alone this takes ~13 s; each wave waits for the previous one's rollouts to be reported
+    // healthy by kube-controller-manager, which a full CI run's other tests keep busy (one run
+    // stood at 9/20, the third wave, after 120 s).
     wait_for(
         "every Deployment on the fixed value",
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         || async {
             let on = history.on(&good).len();
             (on == N).then_some(()).ok_or(format!("{on}/{N}"))

@@ -316,6 +316,34 @@ async fn listed_workloads_are_listed_in_protobuf() {
     );
 }
 
+/// A namespace entering the selection is backfilled with one streaming list per watched kind,
+/// but a workload kind found by LIST (`--list-workloads`, as for an identity that may list it
+/// and not watch it) in pages: a streaming list is a watch.
+#[tokio::test]
+async fn a_listed_workload_kind_is_backfilled_in_pages_the_watched_configs_streamed() {
+    let selector = unique_token("wire-enter-listed");
+    let proxy = FaultProxy::start().await;
+    let kubeconfig = proxy.kubeconfig().to_str().unwrap().to_string();
+    let flag = format!("--namespace-selector=kube-reloader-wire={selector}");
+    let _controller = Controller::start_with_env(
+        &[&flag, "--list-workloads"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    )
+    .await;
+    let ns = TestNamespace::new("wire-enter-listed").await;
+    workloads(&ns).await;
+    label_namespace(&ns, &selector).await;
+    change_both_and_see_every_kind_reload(&ns).await;
+    let streamed = proxy.streamed_in(&ns.name);
+    assert!(
+        streamed.contains("configmaps") && streamed.contains("secrets"),
+        "the configs' backfill was not streamed: {streamed:?}"
+    );
+    for kind in ["deployments", "statefulsets", "daemonsets"] {
+        assert!(!streamed.contains(kind), "{kind} streamed: {streamed:?}");
+    }
+}
+
 async fn label_namespace(ns: &TestNamespace, selector: &str) {
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{Api, Patch, PatchParams};

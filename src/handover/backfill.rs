@@ -8,11 +8,14 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
-use tracing::{info, warn};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
 use crate::config::NamespaceScope;
 use crate::digest::ConfigSource;
@@ -23,7 +26,8 @@ use crate::resources::{
     CONFIG_PAGE_SIZE, api_resource, spc_pod_status_resource, workload_list_params,
 };
 
-use super::gains::{GainSink, PageRequest, Watches};
+use super::gains::{BackfillStage, GainSink, Listable, PageRequest, StreamedList, Watches};
+use super::listed_through::ListedThrough;
 use super::protocol::CatchUp;
 
 /// The backfill and catch-up of gained namespaces, over the watches that decode what they list.
@@ -58,33 +62,42 @@ impl<'a, W: Watches> Indexing<'a, W> {
             return;
         }
         info!(count = namespaces.len(), first = %namespaces[0], "indexing namespaces");
-        self.watches.sink().backfill_started(namespaces);
+        let sink = self.watches.sink();
+        sink.backfill_started(namespaces);
         let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
         // Config states kept from before the namespace moved away (`Intake::namespace_moved_away`).
         let kept = self.watches.index().config_versions_in(&wanted);
         let listed = std::sync::Mutex::new(HashSet::new());
         let targets = self.list_targets(namespaces);
+        let mut took = StageTimes::default();
         for target in &targets {
+            let stage = Instant::now();
             self.list_workloads(target, &wanted).await;
+            took.workloads += stage.elapsed();
             // After the workloads: a config change met here fans out to them (see Intake).
+            let stage = Instant::now();
             self.list_all_configs(target, &wanted, &listed).await;
-            let sink = self.watches.sink();
+            took.configs += stage.elapsed();
             match target.namespace() {
                 Some(ns) => sink.configs_backfilled([ns]),
                 None => sink.configs_backfilled(namespaces.iter().map(String::as_str)),
             };
         }
-        let sink = self.watches.sink();
         sink.configs_backfilled(namespaces.iter().map(String::as_str));
         self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
         let set: HashSet<String> = namespaces.iter().cloned().collect();
         sink.restore_halts(&set).await;
         if let Some(catch_up) = catch_up {
+            let stage = Instant::now();
             let gained = |ns: &str| wanted.contains(ns);
             self.catch_up(&targets, &gained, &catch_up.since).await;
+            took.catch_up = Some(stage.elapsed());
         }
         let queued = sink.reconcile_recorded(Some(&set));
-        info!(count = namespaces.len(), first = %namespaces[0], queued, "namespaces indexed");
+        took.report(self.watches);
+        info!(count = namespaces.len(), first = %namespaces[0], queued,
+            workloads = ?took.workloads, configs = ?took.configs, catch_up = ?took.catch_up,
+            "namespaces indexed");
     }
 
     /// Scoped mode: the shard assignment spans every namespace, but only the scope's can be read
@@ -134,34 +147,45 @@ impl<'a, W: Watches> Indexing<'a, W> {
         self.start_targets()
     }
 
-    /// Every handled workload kind in `target`, keeping `wanted`'s.
+    /// Every handled workload kind in `target`, keeping `wanted`'s. The kinds at once, as the
+    /// watches list them at start-up: a handover waits for the longest list, not for their sum.
     async fn list_workloads(&self, target: &ListTarget, wanted: &HashSet<&str>) {
-        for kind in WorkloadKind::all()
+        let kinds = WorkloadKind::all()
             .into_iter()
             .filter(|k| self.watches.lists_workloads(*k))
-        {
-            let ar = api_resource(kind);
-            let api: Api<WorkloadObject> = match target.namespace() {
-                Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
-                None => Api::all_with(self.watches.client().clone(), &ar),
-            };
-            let list = KindList {
-                api: &api,
-                params: workload_list_params(kind),
-                resource: kind.as_str(),
-                decode: workload_decoder(kind),
-            };
-            self.backfill_pages(list, target, wanted, |obj: WorkloadObject| async move {
-                let ns = obj.metadata.namespace.as_deref();
-                if ns.is_some_and(|ns| wanted.contains(ns)) {
-                    self.watches.apply_workload(kind, obj).await;
-                }
-            })
-            .await;
-        }
+            .map(|kind| self.list_workload_kind(kind, target, wanted));
+        futures::future::join_all(kinds).await;
+    }
+
+    async fn list_workload_kind(
+        &self,
+        kind: WorkloadKind,
+        target: &ListTarget,
+        wanted: &HashSet<&str>,
+    ) {
+        let ar = api_resource(kind);
+        let api: Api<WorkloadObject> = match target.namespace() {
+            Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
+            None => Api::all_with(self.watches.client().clone(), &ar),
+        };
+        let list = KindList {
+            api: &api,
+            params: workload_list_params(kind),
+            resource: kind.as_str(),
+            decode: workload_decoder(kind),
+        };
+        let each = |obj: WorkloadObject| async move {
+            let ns = obj.metadata.namespace.as_deref();
+            if ns.is_some_and(|ns| wanted.contains(ns)) {
+                self.watches.apply_workload(kind, obj).await;
+            }
+        };
+        self.backfill_pages(list, target, wanted, None, each).await;
     }
 
     /// Every watched config kind in `target`, keeping `wanted`'s; `listed` collects their keys.
+    /// The kinds at once, as the watches list them at start-up. Across namespaces, each one's
+    /// config changes stop waiting as soon as every list has passed it (`listed_through.rs`).
     async fn list_all_configs(
         &self,
         target: &ListTarget,
@@ -169,19 +193,61 @@ impl<'a, W: Watches> Indexing<'a, W> {
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
     ) {
         let settings = self.watches.settings();
-        if settings.watches_config(ConfigKind::ConfigMap) {
-            self.list_configs::<ConfigMap>(target, wanted, listed).await;
+        let kinds = [
+            settings.watches_config(ConfigKind::ConfigMap),
+            settings.watches_config(ConfigKind::Secret),
+            self.watches.lists_configs(ConfigKind::SecretProviderClass),
+        ];
+        // Across namespaces each list reports its pages; one namespace's lists end together,
+        // and the caller releases it then.
+        let through = target
+            .namespace()
+            .is_none()
+            .then(|| ListedThrough::new(wanted.iter().copied(), kinds.len()));
+        let passed = |list: usize| through.as_ref().map(|through| Passed { through, list });
+        if let Some(through) = &through {
+            for (list, _) in kinds.iter().enumerate().filter(|(_, listed)| !**listed) {
+                self.release(through.done(list));
+            }
         }
-        if settings.watches_config(ConfigKind::Secret) {
-            self.list_configs::<Secret>(target, wanted, listed).await;
+        let config_maps = async {
+            if kinds[0] {
+                let list = self.list_configs::<ConfigMap>(target, wanted, listed, passed(0));
+                list.await;
+            }
+        };
+        let secrets = async {
+            if kinds[1] {
+                let list = self.list_configs::<Secret>(target, wanted, listed, passed(1));
+                list.await;
+            }
+        };
+        let pod_statuses = async {
+            if kinds[2] {
+                self.list_pod_statuses(target, wanted, passed(2)).await;
+            }
+        };
+        futures::join!(config_maps, secrets, pod_statuses);
+    }
+
+    /// Config changes in `namespaces` stop waiting: every config list has passed them.
+    fn release(&self, namespaces: Vec<String>) {
+        if namespaces.is_empty() {
+            return;
         }
-        if self.watches.lists_configs(ConfigKind::SecretProviderClass) {
-            self.list_pod_statuses(target, wanted).await;
-        }
+        let sink = self.watches.sink();
+        let queued = sink.configs_backfilled(namespaces.iter().map(String::as_str));
+        debug!(count = namespaces.len(), first = %namespaces[0], queued,
+            "configs of gained namespaces listed");
     }
 
     /// SecretProviderClassPodStatuses, as their SecretProviderClass's state (CSI integration).
-    async fn list_pod_statuses(&self, target: &ListTarget, wanted: &HashSet<&str>) {
+    async fn list_pod_statuses(
+        &self,
+        target: &ListTarget,
+        wanted: &HashSet<&str>,
+        passed: Option<Passed<'_>>,
+    ) {
         let ar = spc_pod_status_resource();
         let api: Api<DynamicObject> = match target.namespace() {
             Some(ns) => Api::namespaced_with(self.watches.client().clone(), ns, &ar),
@@ -193,15 +259,16 @@ impl<'a, W: Watches> Indexing<'a, W> {
             resource: "secretproviderclasspodstatus",
             decode: None,
         };
-        self.backfill_pages(list, target, wanted, |obj| async move {
+        let each = |obj: DynamicObject| async move {
             let in_gained = obj
                 .namespace()
                 .is_some_and(|ns| wanted.contains(ns.as_str()));
             if in_gained && let Some((key, state)) = self.watches.prepare_spc(obj).await {
                 self.watches.sink().config_listed(key, state);
             }
-        })
-        .await;
+        };
+        self.backfill_pages(list, target, wanted, passed, each)
+            .await;
     }
 
     /// A kept config the backfill did not list, and no watch event touched since, was deleted
@@ -219,18 +286,15 @@ impl<'a, W: Watches> Indexing<'a, W> {
         target: &ListTarget,
         wanted: &HashSet<&str>,
         listed: &std::sync::Mutex<HashSet<ConfigKey>>,
+        passed: Option<Passed<'_>>,
     ) where
-        K: ConfigSource
-            + FromProtobuf
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
+        K: ListedConfig,
     {
         let api: Api<K> = self.config_api(target);
         let list = self.config_list(&api, ListParams::default());
-        self.backfill_pages(list, target, wanted, |obj: K| {
-            self.backfill_config(obj, wanted, listed)
-        })
-        .await;
+        let each = |obj: K| self.backfill_config(obj, wanted, listed);
+        self.backfill_pages(list, target, wanted, passed, each)
+            .await;
     }
 
     /// A config kind's LIST with `params` (page size and the settings' selectors added), read
@@ -247,10 +311,11 @@ impl<'a, W: Watches> Indexing<'a, W> {
         }
     }
 
-    /// Reads every page of one backfill LIST, handing each item to `each`. A failed page is
-    /// retried with capped backoff, from the first page (its continue token may have expired:
-    /// items seen twice are applied twice, which is idempotent), until the list succeeds or none
-    /// of `wanted` is owned any more. The caller reports the generation synced only after every
+    /// Reads every page of one backfill LIST, handing each item to `each` (a few at once), and
+    /// reporting each page's namespaces to `passed` when given. A failed page is retried with
+    /// capped backoff, from the first page (its continue token may have expired: items seen
+    /// twice are applied twice, which is idempotent), until the list succeeds or none of
+    /// `wanted` is owned any more. The caller reports the generation synced only after every
     /// list returned, so a namespace is never reported synced while half indexed: a config
     /// missing from the index would make its next change look like a creation, not reloaded.
     async fn backfill_pages<K, F, Fut>(
@@ -258,9 +323,10 @@ impl<'a, W: Watches> Indexing<'a, W> {
         list: KindList<'_, K>,
         target: &ListTarget,
         wanted: &HashSet<&str>,
+        passed: Option<Passed<'_>>,
         mut each: F,
     ) where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+        K: Listable,
         F: FnMut(K) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
@@ -271,8 +337,17 @@ impl<'a, W: Watches> Indexing<'a, W> {
             while let Some(page) = pages.next().await {
                 let error = match page {
                     Ok(items) => {
-                        for obj in items {
-                            each(obj).await;
+                        let namespaces: Vec<String> = match passed {
+                            Some(_) => items.iter().filter_map(|o| o.namespace()).collect(),
+                            None => Vec::new(),
+                        };
+                        // Several at once: each waits on the digest pool or the engine, and
+                        // one by one a handover took several times as long as a start-up.
+                        futures::stream::iter(items)
+                            .for_each_concurrent(self.watches.in_flight(), &mut each)
+                            .await;
+                        if let Some(Passed { through, list }) = passed {
+                            self.release(through.page(list, namespaces.iter().map(String::as_str)));
                         }
                         continue;
                     }
@@ -287,7 +362,13 @@ impl<'a, W: Watches> Indexing<'a, W> {
                 self.watches.backfill_list_failed(resource);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKFILL_RETRY_CAP);
+                if let Some(Passed { through, list }) = passed {
+                    through.restarted(list);
+                }
                 continue 'list;
+            }
+            if let Some(Passed { through, list }) = passed {
+                self.release(through.done(list));
             }
             return;
         }
@@ -314,6 +395,34 @@ impl<'a, W: Watches> Indexing<'a, W> {
     }
 }
 
+/// Where a config list of a backfill across namespaces reports its pages: its place among the
+/// backfill's config lists.
+#[derive(Clone, Copy)]
+struct Passed<'a> {
+    through: &'a ListedThrough,
+    list: usize,
+}
+
+/// How long each stage of one backfill took (summed over its targets), for its log line and
+/// the `backfill_duration_seconds` metric.
+#[derive(Default)]
+struct StageTimes {
+    workloads: Duration,
+    configs: Duration,
+    /// `None`: nothing to catch up (namespaces entering the selection, or a planned handover).
+    catch_up: Option<Duration>,
+}
+
+impl StageTimes {
+    fn report(&self, watches: &impl Watches) {
+        watches.backfill_stage(BackfillStage::Workloads, self.workloads);
+        watches.backfill_stage(BackfillStage::Configs, self.configs);
+        if let Some(took) = self.catch_up {
+            watches.backfill_stage(BackfillStage::CatchUp, took);
+        }
+    }
+}
+
 /// Above this many namespaces gained at once, one cluster-wide list per kind is cheaper.
 const PER_NAMESPACE_LISTS: usize = 8;
 
@@ -321,9 +430,11 @@ const PER_NAMESPACE_LISTS: usize = 8;
 const BACKFILL_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(200);
 const BACKFILL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A paginated LIST read one page at a time. A handover lists each kind cluster-wide and keeps
-/// only the gained namespaces: collecting every page first held the whole cluster's configs and
-/// workloads at once (a replica went from 66 to ~770 MiB in the 4-replica medium load test).
+/// A one-shot list read one page at a time: the pages of a paginated LIST, or of one streaming
+/// request where the server and the kind allow it (`Watches::streamed_list`). A handover once
+/// listed each kind cluster-wide and kept only the gained namespaces: collecting every page
+/// first held the whole cluster's configs and workloads at once (a replica went from 66 to
+/// ~770 MiB in the 4-replica medium load test).
 pub(super) struct Pages<'a, K, W> {
     watches: &'a W,
     list: KindList<'a, K>,
@@ -331,6 +442,8 @@ pub(super) struct Pages<'a, K, W> {
     params: Option<ListParams>,
     /// Sent with every page (the API server shards the list to these ranges).
     shard_selector: Option<&'a str>,
+    /// The list as one streaming request, when the server and the kind allow it.
+    streamed: Option<StreamedList<K>>,
 }
 
 /// One kind's LIST: its collection, its parameters (with the page size, `limit`), its name (logs,
@@ -346,7 +459,7 @@ pub(super) struct KindList<'a, K> {
 
 impl<'a, K, W> Pages<'a, K, W>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: Listable,
     W: Watches,
 {
     pub(super) fn new(
@@ -354,24 +467,34 @@ where
         list: KindList<'a, K>,
         shard_selector: Option<&'a str>,
     ) -> Self {
-        Self {
+        let mut pages = Self {
             watches,
             params: Some(list.params.clone()),
             list,
             shard_selector,
+            streamed: None,
+        };
+        pages.streamed = watches.streamed_list(&pages.request(&pages.list.params));
+        pages
+    }
+
+    fn request<'p>(&'p self, params: &'p ListParams) -> PageRequest<'p, K> {
+        PageRequest {
+            api: self.list.api,
+            resource: self.list.resource,
+            params,
+            shard_selector: self.shard_selector,
+            decode: self.list.decode.clone(),
         }
     }
 
     /// The next page; `None` after the last page or an error.
     pub(super) async fn next(&mut self) -> Option<Result<Vec<K>, kube::Error>> {
+        if let Some(streamed) = &mut self.streamed {
+            return streamed.next().await;
+        }
         let params = self.params.take()?;
-        let request = PageRequest {
-            api: self.list.api,
-            resource: self.list.resource,
-            params: &params,
-            shard_selector: self.shard_selector,
-            decode: self.list.decode.clone(),
-        };
+        let request = self.request(&params);
         match self.watches.list_page(request).await {
             Ok(page) => {
                 self.params = page
@@ -384,7 +507,25 @@ where
     }
 }
 
+/// A config kind the hand-over lists, by namespace or across them: a ConfigMap or a Secret.
+pub(super) trait ListedConfig:
+    ConfigSource
+    + FromProtobuf
+    + Sync
+    + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+{
+}
+
+impl<K> ListedConfig for K where
+    K: ConfigSource
+        + FromProtobuf
+        + Sync
+        + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+{
+}
+
 /// Where a backfill lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum ListTarget {
     /// One namespace.
     Namespace(String),

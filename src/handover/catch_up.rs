@@ -14,22 +14,22 @@
 //! not a change (unless `--reload-on-create`); one touched only in its metadata in the gap may
 //! roll its never-reloaded workloads once, which beats losing a reload (warning and metric).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, VersionMatch};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::digest::ConfigSource;
 use crate::index::ConfigState;
 use crate::model::{ConfigKey, ConfigKind};
-use crate::protobuf::FromProtobuf;
 use crate::resources::CONFIG_PAGE_SIZE;
 
 use super::acted::ActedVersions;
-use super::backfill::{Indexing, KindList, ListTarget, Pages};
+use super::backfill::{Indexing, KindList, ListTarget, ListedConfig, Pages};
 use super::gains::{GainSink, Watches};
 
 /// Attempts at a catch-up list that fails for another reason than a compacted history.
@@ -59,7 +59,7 @@ impl CatchUpResult {
 
 impl<W: Watches> Indexing<'_, W> {
     /// Acts on every config of `targets` (in namespaces `wanted` accepts) that changed after
-    /// `since` and before it was indexed here. Returns the workloads queued.
+    /// `since` and before it was indexed here; the kinds at once. Returns the workloads queued.
     pub(super) async fn catch_up(
         &self,
         targets: &[ListTarget],
@@ -68,24 +68,34 @@ impl<W: Watches> Indexing<'_, W> {
     ) -> usize {
         let mut queued = 0;
         for target in targets {
-            for (kind, version) in since.iter() {
-                if !self.watches.lists_configs(kind) {
-                    continue;
-                }
-                queued += match kind {
-                    ConfigKind::ConfigMap => {
-                        self.catch_up_kind::<ConfigMap>(target, wanted, version)
-                            .await
-                    }
-                    ConfigKind::Secret => {
-                        self.catch_up_kind::<Secret>(target, wanted, version).await
-                    }
-                    // Pod statuses carry the mounted versions themselves (not tracked).
-                    ConfigKind::SecretProviderClass => 0,
-                };
-            }
+            let kinds = since
+                .iter()
+                .filter(|(kind, _)| self.watches.lists_configs(*kind))
+                .map(|(kind, version)| self.catch_up_one(kind, target, wanted, version));
+            queued += futures::future::join_all(kinds)
+                .await
+                .into_iter()
+                .sum::<usize>();
         }
         queued
+    }
+
+    async fn catch_up_one(
+        &self,
+        kind: ConfigKind,
+        target: &ListTarget,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+        version: u64,
+    ) -> usize {
+        match kind {
+            ConfigKind::ConfigMap => {
+                self.catch_up_kind::<ConfigMap>(target, wanted, version)
+                    .await
+            }
+            ConfigKind::Secret => self.catch_up_kind::<Secret>(target, wanted, version).await,
+            // Pod statuses carry the mounted versions themselves (not tracked).
+            ConfigKind::SecretProviderClass => 0,
+        }
     }
 
     async fn catch_up_kind<K>(
@@ -95,13 +105,10 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> usize
     where
-        K: ConfigSource
-            + FromProtobuf
-            + Sync
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
+        K: ListedConfig,
     {
-        let (result, queued, changed) = match self.configs_at::<K>(target, wanted, version).await {
+        let before = self.configs_before::<K>(target, wanted, version).await;
+        let (result, queued, changed) = match before {
             Ok(before) => {
                 let changed = self.changed_since(K::KIND, wanted, &before);
                 let queued = changed
@@ -166,11 +173,7 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> Vec<ConfigKey>
     where
-        K: ConfigSource
-            + FromProtobuf
-            + Sync
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
+        K: ListedConfig,
     {
         let api = self.config_api::<K>(target);
         // In JSON: protobuf decoding drops the managedFields this reads.
@@ -246,6 +249,38 @@ impl<W: Watches> Indexing<'_, W> {
             .collect()
     }
 
+    /// The configs of `target` that may have changed since `version`, as they were then,
+    /// hashed (payloads dropped). Across namespaces, only the namespaces holding a config the
+    /// index has at a newer version are listed (`at_version_targets`): a config nobody wrote
+    /// since is unchanged, and for a list at a past version the API server reads every object
+    /// of the kind in the cluster (from etcd or a snapshot of its cache), however few it keeps.
+    async fn configs_before<K>(
+        &self,
+        target: &ListTarget,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+        version: u64,
+    ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
+    where
+        K: ListedConfig,
+    {
+        let index = self.watches.index();
+        let written = target
+            .namespace()
+            .is_none()
+            .then(|| index.namespaces_written_since(K::KIND, version, wanted));
+        let targets = at_version_targets(target, written);
+        debug!(%target, kind = K::KIND.as_str(), version, lists = targets.len(),
+            "catch-up lists at the acted version");
+        let mut lists = futures::stream::iter(targets)
+            .map(|at| async move { self.configs_at::<K>(&at, wanted, version).await })
+            .buffer_unordered(self.watches.in_flight());
+        let mut before = HashMap::new();
+        while let Some(listed) = lists.next().await {
+            before.extend(listed?);
+        }
+        Ok(before)
+    }
+
     /// The configs of `target` as they were at `version`, hashed (payloads dropped).
     async fn configs_at<K>(
         &self,
@@ -254,11 +289,7 @@ impl<W: Watches> Indexing<'_, W> {
         version: u64,
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource
-            + FromProtobuf
-            + Sync
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
+        K: ListedConfig,
     {
         let api = self.config_api::<K>(target);
         let at = ListParams::default()
@@ -293,21 +324,20 @@ impl<W: Watches> Indexing<'_, W> {
         wanted: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
     where
-        K: ConfigSource
-            + FromProtobuf
-            + Sync
-            + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
+        K: ListedConfig,
     {
         let mut before = HashMap::new();
         let mut pages = Pages::new(self.watches, list, target.shard_selector());
         while let Some(page) = pages.next().await {
-            for obj in page? {
-                let Some(namespace) = obj.namespace().filter(|ns| wanted(ns)) else {
-                    continue;
-                };
-                let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
-                match self.watches.config_state(obj).await {
+            let changed = page?
+                .into_iter()
+                .filter_map(|obj| self.changed_candidate(obj, wanted));
+            // Several at once on the digest pool, as the watches hash.
+            let mut hashed = futures::stream::iter(changed)
+                .map(|(key, obj)| async move { (key, self.watches.config_state(obj).await) })
+                .buffer_unordered(self.watches.in_flight());
+            while let Some((key, state)) = hashed.next().await {
+                match state {
                     Ok(state) => {
                         before.insert(key, state);
                     }
@@ -317,7 +347,45 @@ impl<W: Watches> Indexing<'_, W> {
         }
         Ok(before)
     }
+
+    /// A config listed at the catch-up's version, with its key, if it may have changed since:
+    /// in a namespace `wanted` accepts, and indexed now at another version. One the index holds
+    /// at the same version is unchanged (and one it does not hold was deleted meanwhile, which
+    /// is no change to act on), so only what changed is hashed: O(what changed), not O(share).
+    fn changed_candidate<K: ConfigSource>(
+        &self,
+        obj: K,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Option<(ConfigKey, K)> {
+        let namespace = obj.namespace().filter(|ns| wanted(ns))?;
+        let key = ConfigKey::interned(K::KIND, &namespace, &obj.name_any());
+        let then = crate::index::resource_version(obj.meta());
+        let now = self.watches.index().config_version(&key)?;
+        (now != then).then_some((key, obj))
+    }
 }
+
+/// Where a catch-up lists configs as they were at the acted version: one namespace as it is;
+/// across namespaces (`written_since`: those holding a config indexed at a newer version), each
+/// of those namespaces on its own, none at all when nothing was written since, and the whole
+/// target once more than [`NAMESPACE_LISTS`] were (then one paginated list costs fewer
+/// requests than one per namespace).
+fn at_version_targets(
+    target: &ListTarget,
+    written_since: Option<BTreeSet<String>>,
+) -> Vec<ListTarget> {
+    match written_since {
+        Some(namespaces) if namespaces.len() <= NAMESPACE_LISTS => {
+            namespaces.into_iter().map(ListTarget::Namespace).collect()
+        }
+        _ => vec![target.clone()],
+    }
+}
+
+/// Above this many namespaces written since the acted version, a catch-up lists its whole
+/// target at that version instead of each namespace: 64 namespace lists are as many requests
+/// as 32,000 configs of the kind listed in pages of 500.
+const NAMESPACE_LISTS: usize = 64;
 
 /// Whether the object was written after its creation, as its managed fields tell: the API
 /// server stamps each writer's entry with the time of its last change (to the second, so a
@@ -353,6 +421,40 @@ mod tests {
             ),
             ..Default::default()
         }
+    }
+
+    fn namespaces(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_catch_up_across_namespaces_lists_only_those_written_since() {
+        let ranges = ListTarget::Ranges("range(0,10)".into());
+        let targets = at_version_targets(&ranges, Some(namespaces(&["b", "a"])));
+        let expected = ["a", "b"].map(|ns| ListTarget::Namespace(ns.into()));
+        assert_eq!(targets, expected);
+        assert_eq!(
+            at_version_targets(&ListTarget::All, Some(namespaces(&[]))),
+            []
+        );
+    }
+
+    #[test]
+    fn a_catch_up_with_many_namespaces_written_since_lists_its_whole_target() {
+        let many: Vec<String> = (0..=NAMESPACE_LISTS).map(|i| format!("ns-{i}")).collect();
+        let many = many.iter().map(String::as_str).collect::<Vec<_>>();
+        let ranges = ListTarget::Ranges("range(0,10)".into());
+        let targets = at_version_targets(&ranges, Some(namespaces(&many)));
+        assert_eq!(targets, [ranges]);
+    }
+
+    #[test]
+    fn a_catch_up_of_one_namespace_lists_it() {
+        let one = ListTarget::Namespace("a".into());
+        assert_eq!(
+            at_version_targets(&one, None),
+            [ListTarget::Namespace("a".into())]
+        );
     }
 
     #[test]

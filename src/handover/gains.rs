@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, Resource};
@@ -24,6 +25,20 @@ pub struct ListedPage<K> {
     pub items: Vec<K>,
     pub continue_token: Option<String>,
 }
+
+/// What a one-shot list holds: an API object, read in JSON or protobuf, handed across tasks.
+pub trait Listable:
+    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Listable for K where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+/// A one-shot list read as one streaming request, page by page (`Watches::streamed_list`).
+pub type StreamedList<K> = futures::stream::BoxStream<'static, Result<Vec<K>, kube::Error>>;
 
 /// What to list: `api`'s collection with `params`, as `resource` (its name in metrics and
 /// explain), with a `shardSelector` of its own when given (the client's layer adds the
@@ -97,8 +112,40 @@ pub trait Watches: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ListedPage<K>, kube::Error>> + Send
     where
         K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync;
+    /// `page`'s list as one streaming request, when the server streams lists and the kind is
+    /// read in protobuf (one round trip, not one per page); `None`: list it page by page.
+    fn streamed_list<K>(&self, page: &PageRequest<'_, K>) -> Option<StreamedList<K>>
+    where
+        K: Resource + Send + 'static;
     /// A backfill LIST failed and will be retried (metric).
     fn backfill_list_failed(&self, resource: &'static str);
     /// A catch-up of one config kind ran: how it went and how many configs it found changed.
     fn caught_up(&self, result: &'static str, changed: usize);
+    /// How many listed objects are taken in at once: as many as the watches keep in flight, so
+    /// a handover hashes as fast as a start-up does.
+    fn in_flight(&self) -> usize;
+    /// One stage of indexing gained namespaces took `took` (metric).
+    fn backfill_stage(&self, stage: BackfillStage, took: Duration);
+}
+
+/// The stages of indexing gained namespaces, in order; live config changes there wait for the
+/// first two (`deferral.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackfillStage {
+    /// Listing the workloads of every handled kind.
+    Workloads,
+    /// Listing (and hashing) the configs.
+    Configs,
+    /// Comparing the configs with the versions the previous owners acted up to (`catch_up.rs`).
+    CatchUp,
+}
+
+impl BackfillStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Workloads => "workloads",
+            Self::Configs => "configs",
+            Self::CatchUp => "catch_up",
+        }
+    }
 }

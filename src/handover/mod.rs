@@ -40,7 +40,8 @@
 //!   versions the membership Lease publishes;
 //! - `follow.rs`: follows the changes, reports each generation synced once indexed;
 //! - `backfill.rs`: lists what was gained as a start-up would; `deferral.rs`: config changes met
-//!   there meanwhile wait for its list;
+//!   there meanwhile wait for its list; `listed_through.rs`: until every list has passed their
+//!   namespace;
 //! - `catch_up.rs`: what a departed owner never acted on; `acted.rs`: how far each replica acted;
 //! - `protocol.rs` (pure) and `steps.rs`: release the previous assignment, complete;
 //! - `config_view.rs`: the write-time check in namespaces that moved lately.
@@ -57,6 +58,7 @@ pub mod config_view;
 pub mod deferral;
 pub mod follow;
 pub mod gains;
+pub mod listed_through;
 pub mod listener;
 pub mod protocol;
 pub mod steps;

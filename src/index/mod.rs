@@ -20,7 +20,7 @@ pub use wire::{ProtobufTemplate, TemplateError, WorkloadObject};
 pub use entry::{ConfigState, ConfigWaves, IndexedUse, WorkloadEntry};
 use users::Users;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use ahash::RandomState;
@@ -129,6 +129,29 @@ impl ReverseIndex {
 
     pub fn config(&self, key: &ConfigKey) -> Option<ConfigState> {
         self.configs.get(key).map(|c| c.clone())
+    }
+
+    /// The resourceVersion the index holds `key` at (0: unknown), without copying its state.
+    pub fn config_version(&self, key: &ConfigKey) -> Option<u64> {
+        self.configs.get(key).map(|c| c.resource_version)
+    }
+
+    /// The namespaces `wanted` accepts that hold a config of `kind` indexed at a resourceVersion
+    /// newer than `version`, or at an unknown one (0): the only ones where a config can have
+    /// changed since `version` (every write moves an object's resourceVersion past it).
+    pub fn namespaces_written_since(
+        &self,
+        kind: ConfigKind,
+        version: u64,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+    ) -> BTreeSet<String> {
+        self.configs
+            .iter()
+            .filter(|c| c.key().kind == kind)
+            .filter(|c| c.resource_version == 0 || c.resource_version > version)
+            .filter(|c| wanted(&c.key().namespace))
+            .map(|c| c.key().namespace.to_string())
+            .collect()
     }
 
     /// Keys of the known configs of `kind`, in one namespace or all.

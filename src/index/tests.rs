@@ -304,3 +304,23 @@ fn a_config_state_is_88_bytes_and_holds_no_payload() {
     // are the wave annotations of the few configs that have them.
     assert_eq!(std::mem::size_of::<ConfigState>(), 88);
 }
+
+#[test]
+fn only_namespaces_with_a_config_written_since_a_version_can_hold_a_change() {
+    let idx = ReverseIndex::new();
+    let at = |rv| ConfigState {
+        resource_version: rv,
+        ..state(1)
+    };
+    let key = |kind, ns: &str| ConfigKey::new(kind, ns, "c");
+    idx.apply_config(key(ConfigKind::ConfigMap, "old"), at(10));
+    idx.apply_config(key(ConfigKind::ConfigMap, "at"), at(20));
+    idx.apply_config(key(ConfigKind::ConfigMap, "new"), at(21));
+    idx.apply_config(key(ConfigKind::ConfigMap, "unknown"), at(0));
+    idx.apply_config(key(ConfigKind::ConfigMap, "elsewhere"), at(30));
+    idx.apply_config(key(ConfigKind::Secret, "secret-only"), at(30));
+    let wanted = |ns: &str| ns != "elsewhere";
+    let written = idx.namespaces_written_since(ConfigKind::ConfigMap, 20, &wanted);
+    let written: Vec<&str> = written.iter().map(String::as_str).collect();
+    assert_eq!(written, ["new", "unknown"]);
+}

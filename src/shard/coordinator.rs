@@ -445,7 +445,7 @@ impl Coordinator {
         let config =
             watcher::Config::default().fields(&format!("metadata.name={ASSIGNMENT_CONFIGMAP}"));
         let mut stream = watcher(self.configmaps(), config)
-            .default_backoff()
+            .backoff(crate::watch_backoff::watch_backoff())
             .applied_objects()
             .boxed();
         while let Some(event) = stream.next().await {

@@ -46,6 +46,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabel {
+    stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
 }
@@ -138,6 +143,7 @@ pub struct Metrics {
     backfill_list_failures: Family<ResourceLabel, Counter>,
     catch_ups: Family<ResultLabel, Counter>,
     catch_up_changes: Counter,
+    backfill_duration: Family<StageLabel, Histogram>,
     wave_sequences: Family<ResultLabel, Counter>,
     wave_held: Counter,
     index_configs: Gauge,
@@ -201,6 +207,9 @@ impl Metrics {
             backfill_list_failures: Family::default(),
             catch_ups: Family::default(),
             catch_up_changes: Counter::default(),
+            backfill_duration: Family::new_with_constructor(|| {
+                Histogram::new([0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0])
+            }),
             wave_sequences: Family::default(),
             wave_held: Counter::default(),
             index_configs: Gauge::default(),
@@ -463,6 +472,14 @@ impl Metrics {
             "Configs a catch-up found changed while nobody acted on them (each rolled as a \
              change).",
             self.catch_up_changes.clone(),
+        );
+        own.register(
+            "backfill_duration_seconds",
+            "How long each stage of indexing gained namespaces (a shard hand-over, or namespaces \
+             entering the selection) took, by stage: workloads and configs (listed; live \
+             config changes there wait for both), catch_up (compared with the versions the \
+             previous owners acted up to).",
+            self.backfill_duration.clone(),
         );
         own.register(
             "wave_sequences",
@@ -758,6 +775,14 @@ impl WatchObserver for Arc<Metrics> {
             })
             .inc();
         self.catch_up_changes.inc_by(changed as u64);
+    }
+
+    fn backfill_stage(&self, stage: &'static str, took: std::time::Duration) {
+        self.backfill_duration
+            .get_or_create(&StageLabel {
+                stage: stage.into(),
+            })
+            .observe(took.as_secs_f64());
     }
 }
 

@@ -80,9 +80,8 @@ where
     K::DynamicType: Default,
 {
     let apis: Vec<Api<K>> = scoped_apis(&ctx.client, &ctx.settings.scope);
-    // Digests run on the pool while events keep their order: two in flight per worker keeps
-    // every worker busy (the flag's 0 means a pool sized to the machine, so ask the pool).
-    let workers = ctx.pool.workers() * 2;
+    // Digests run on the pool while events keep their order.
+    let workers = ctx.hashes_in_flight();
     let decode: Decode<K> = Arc::new(K::from_protobuf);
     let reduced = ctx
         .wire_streams(K::KIND.as_str(), apis, config, Some(decode))
@@ -284,6 +283,12 @@ impl WatchContext {
             state,
             version,
         }
+    }
+
+    /// How many configs are hashed at once: two per pool worker keeps every worker busy (the
+    /// flag's 0 means a pool sized to the machine, so ask the pool).
+    pub(super) fn hashes_in_flight(&self) -> usize {
+        self.pool.workers() * 2
     }
 
     /// The index state of one config object: digest (on the pool) and annotation flags.

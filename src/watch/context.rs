@@ -45,6 +45,8 @@ pub trait WatchObserver: Send + Sync + 'static {
     /// A catch-up of changes nobody acted on ran for one config kind (`handover/catch_up.rs`): how it
     /// went and how many configs it found changed.
     fn catch_up(&self, _result: &'static str, _changed: usize) {}
+    /// One stage of indexing gained namespaces (`handover::gains::BackfillStage`) took `took`.
+    fn backfill_stage(&self, _stage: &'static str, _took: std::time::Duration) {}
     /// A check of an optional API (a CRD-backed kind a flag turns on) found it served or not.
     fn api_served(&self, _api: OptionalApi, _served: bool) {}
     /// The watches of `resource` read `format` (`protobuf` or `json`) from now on.
@@ -74,6 +76,8 @@ pub struct WatchContext {
     pub(super) workload_refs: WorkloadRefs,
     /// The format each watched resource is read in.
     pub(super) wire_formats: WireFormats,
+    /// Whether the API server streams lists (`sendInitialEvents`), as probed at start.
+    pub(super) streams_lists: AtomicBool,
 }
 
 impl WatchContext {
@@ -99,6 +103,7 @@ impl WatchContext {
             served: Default::default(),
             workload_refs: Default::default(),
             wire_formats: Default::default(),
+            streams_lists: AtomicBool::new(false),
         })
     }
 
@@ -230,7 +235,7 @@ where
     let mut all = SelectAll::new();
     for (i, api) in apis.into_iter().enumerate() {
         let stream = watcher(api, config.clone())
-            .default_backoff()
+            .backoff(crate::watch_backoff::watch_backoff())
             .map(move |e| (i, e));
         all.push(stream.boxed());
     }

@@ -1,6 +1,7 @@
 //! What the hand-over's backfill and catch-up use of the watches (`handover::gains`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::{Client, Resource};
@@ -9,7 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::config::Settings;
 use crate::digest::{ConfigSource, DigestPoolClosed};
 use crate::engine::intake::Intake;
-use crate::handover::gains::{ListedPage, PageRequest, Watches};
+use crate::handover::gains::{BackfillStage, ListedPage, PageRequest, StreamedList, Watches};
 use crate::index::{ConfigState, ReverseIndex, WorkloadObject};
 use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::shard::Ownership;
@@ -66,11 +67,26 @@ impl Watches for WatchContext {
         WatchContext::list_page(self, page).await
     }
 
+    fn streamed_list<K>(&self, page: &PageRequest<'_, K>) -> Option<StreamedList<K>>
+    where
+        K: Resource + Send + 'static,
+    {
+        WatchContext::streamed_list(self, page)
+    }
+
     fn backfill_list_failed(&self, resource: &'static str) {
         self.observer.backfill_list_failed(resource);
     }
 
     fn caught_up(&self, result: &'static str, changed: usize) {
         self.observer.catch_up(result, changed);
+    }
+
+    fn in_flight(&self) -> usize {
+        self.hashes_in_flight()
+    }
+
+    fn backfill_stage(&self, stage: BackfillStage, took: Duration) {
+        self.observer.backfill_stage(stage.as_str(), took);
     }
 }

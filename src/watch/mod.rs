@@ -69,6 +69,7 @@ impl WatchContext {
         self.discover_optional_apis().await;
         // One empty watch request (milliseconds) decides how every list starts.
         let streaming = self.clone().probe_streaming_lists().await;
+        self.streams_lists.store(streaming, Ordering::Release);
         let workloads_synced = workloads::spawn_all(&self, &mut tasks, streaming);
         workloads_synced.wait().await;
         info!("workloads synced");

@@ -17,13 +17,14 @@ use axum::body::Body;
 use axum::http::{StatusCode, header, response};
 use axum::response::{IntoResponse, Response};
 
-/// Which requests fail: a LIST (GET without `watch`) of `resource` (e.g. "configmaps") whose
-/// query does not contain `spare` (e.g. "fieldSelector", to leave lists of one named object
-/// alone), up to `remaining` times.
+/// Which requests fail: a list of `resource` (e.g. "configmaps"), paginated (a GET without
+/// `watch`) or streamed (a watch with `sendInitialEvents=true`), whose query contains none of
+/// `spare` (e.g. "fieldSelector", to leave lists of one named object alone), up to `remaining`
+/// times.
 #[derive(Debug, Clone)]
 pub struct ListFault {
     pub resource: &'static str,
-    pub spare: &'static str,
+    pub spare: &'static [&'static str],
     pub remaining: u64,
 }
 
@@ -62,8 +63,15 @@ struct Faults {
     /// one object by name, such as the halts ConfigMap's, nor the streaming-list probe, which
     /// selects nothing).
     formats_asked: Mutex<std::collections::BTreeSet<(String, bool)>>,
-    /// (namespace, resource, asked for protobuf) of every LIST inside a namespace.
+    /// (namespace, resource, asked for protobuf) of every list inside a namespace, paginated or
+    /// streamed.
     namespaced_lists: Mutex<std::collections::BTreeSet<(String, String, bool)>>,
+    /// (namespace, resource) of every streaming list (a watch with `sendInitialEvents`) inside a
+    /// namespace.
+    streamed_lists: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// (namespace, if inside one; resource) of every list at an exact past version
+    /// (`resourceVersionMatch=Exact`).
+    exact_lists: Mutex<std::collections::BTreeSet<(Option<String>, String)>>,
 }
 
 /// Writes (PATCH) of one resource in some namespaces answered 429 with `Retry-After`.
@@ -93,6 +101,8 @@ impl FaultProxy {
             refuse_protobuf: Mutex::new(None),
             formats_asked: Default::default(),
             namespaced_lists: Default::default(),
+            streamed_lists: Default::default(),
+            exact_lists: Default::default(),
         });
         let proxy = ApiProxy::start("fault-proxy", super::client().await, faults.clone())
             .await
@@ -164,7 +174,8 @@ impl FaultProxy {
         self.faults.formats_asked.lock().unwrap().clone()
     }
 
-    /// (resource, asked for protobuf) of every LIST inside `namespace` so far.
+    /// (resource, asked for protobuf) of every list (paginated or streamed) inside `namespace`
+    /// so far.
     pub fn lists_in(&self, namespace: &str) -> std::collections::BTreeSet<(String, bool)> {
         let lists = self.faults.namespaced_lists.lock().unwrap();
         lists
@@ -172,6 +183,21 @@ impl FaultProxy {
             .filter(|(ns, _, _)| ns == namespace)
             .map(|(_, resource, protobuf)| (resource.clone(), *protobuf))
             .collect()
+    }
+
+    /// The resources streamed (a watch with `sendInitialEvents`) inside `namespace` so far.
+    pub fn streamed_in(&self, namespace: &str) -> std::collections::BTreeSet<String> {
+        let lists = self.faults.streamed_lists.lock().unwrap();
+        lists
+            .iter()
+            .filter(|(ns, _)| ns == namespace)
+            .map(|(_, resource)| resource.clone())
+            .collect()
+    }
+
+    /// (namespace, if inside one; resource) of every list at an exact past version so far.
+    pub fn exact_lists(&self) -> std::collections::BTreeSet<(Option<String>, String)> {
+        self.faults.exact_lists.lock().unwrap().clone()
     }
 
     /// How many requests the throttle has answered 429 so far.
@@ -202,10 +228,19 @@ impl Hooks for Faults {
                 .is_some_and(|a| a.contains("protobuf"));
             let asked = (call.resource.clone(), protobuf);
             self.formats_asked.lock().unwrap().insert(asked);
-            if let (Some(ns), "list") = (&call.namespace, call.verb.as_str()) {
+            let streamed = call.verb == "watch" && query.contains("sendInitialEvents=true");
+            if let (Some(ns), true) = (&call.namespace, call.verb == "list" || streamed) {
                 let list = (ns.clone(), call.resource.clone(), protobuf);
                 self.namespaced_lists.lock().unwrap().insert(list);
             }
+            if let (Some(ns), true) = (&call.namespace, streamed) {
+                let list = (ns.clone(), call.resource.clone());
+                self.streamed_lists.lock().unwrap().insert(list);
+            }
+        }
+        if call.verb == "list" && query.contains("resourceVersionMatch=Exact") {
+            let list = (call.namespace.clone(), call.resource.clone());
+            self.exact_lists.lock().unwrap().insert(list);
         }
         if self.refuses_streaming(call) || self.should_fail(call) {
             return Some(injected_failure());
@@ -279,14 +314,16 @@ impl Faults {
     }
 
     fn should_fail(&self, call: &Call) -> bool {
-        if call.verb != "list" {
+        let query = call.query.as_deref().unwrap_or("");
+        let streamed = call.verb == "watch" && query.contains("sendInitialEvents=true");
+        if call.verb != "list" && !streamed {
             return false;
         }
         let mut fault = self.list.lock().unwrap();
         let Some(f) = fault.as_mut() else {
             return false;
         };
-        let spared = call.query.as_deref().is_some_and(|q| q.contains(f.spare));
+        let spared = f.spare.iter().any(|spare| query.contains(spare));
         if f.remaining == 0 || spared || call.resource != f.resource {
             return false;
         }
