@@ -273,7 +273,7 @@ impl<W: Watches> Indexing<'_, W> {
             "catch-up lists at the acted version");
         let mut lists = futures::stream::iter(targets)
             .map(|at| async move { self.configs_at::<K>(&at, wanted, version).await })
-            .buffer_unordered(self.watches.in_flight());
+            .buffer_unordered(AT_VERSION_LISTS_IN_FLIGHT);
         let mut before = HashMap::new();
         while let Some(listed) = lists.next().await {
             before.extend(listed?);
@@ -383,9 +383,19 @@ fn at_version_targets(
 }
 
 /// Above this many namespaces written since the acted version, a catch-up lists its whole
-/// target at that version instead of each namespace: 64 namespace lists are as many requests
-/// as 32,000 configs of the kind listed in pages of 500.
-const NAMESPACE_LISTS: usize = 64;
+/// target at that version instead of each namespace. A namespace list reads one namespace; a
+/// list of the whole target at a past version reads every config of the kind in the cluster,
+/// in pages one after the other (40 at the medium scale's 20,000 configs, 400 at the large
+/// scale's). 256 namespace lists are 16 rounds of [`AT_VERSION_LISTS_IN_FLIGHT`]. (At 64, a
+/// replica back from a 7 s gap in `chaos-medium-3r-2b7818a` had more and listed its share.)
+const NAMESPACE_LISTS: usize = 256;
+
+/// How many namespace lists of one catch-up are in flight at once. Their time is the API
+/// round trip, not hashing (each list's configs still go to the digest pool at its width):
+/// at the pool's width (4 on 2 cores) 64 lists under a +0.6-0.9 s response delay took 8-20 s
+/// (`chaos-medium-3r-2b7818a`). The API server sees a short burst of small reads (one
+/// namespace each) once per hand-over.
+const AT_VERSION_LISTS_IN_FLIGHT: usize = 16;
 
 /// Whether the object was written after its creation, as its managed fields tell: the API
 /// server stamps each writer's entry with the time of its last change (to the second, so a

@@ -44,6 +44,10 @@ struct Run {
     p50_ms: Option<f64>,
     p90_ms: Option<f64>,
     p99_ms: Option<f64>,
+    /// The reloads no fault touched (`touch_split` in the result): their p50, p90, p99.
+    untouched: [Option<f64>; 3],
+    /// The share of the reloads a fault touched.
+    touched_share: Option<f64>,
     faults: u64,
     faults_failed: u64,
     /// A `--chaos-control` run: nothing was carried out.
@@ -69,6 +73,7 @@ struct KindImpact {
 fn run_of(name: &str, report: &Value) -> Run {
     let chaos = &report["notes"]["chaos"];
     let correctness = &report["correctness"];
+    let split = &chaos["touch_split"];
     let count = |v: &Value| v.as_u64().unwrap_or(0);
     let failed = match &chaos["faults_failed"] {
         Value::Array(a) => a.len() as u64,
@@ -85,10 +90,18 @@ fn run_of(name: &str, report: &Value) -> Run {
         p50_ms: report["latency_ms"]["p50_ms"].as_f64(),
         p90_ms: report["latency_ms"]["p90_ms"].as_f64(),
         p99_ms: report["latency_ms"]["p99_ms"].as_f64(),
+        untouched: ["p50_ms", "p90_ms", "p99_ms"].map(|p| split["untouched"][p].as_f64()),
+        touched_share: touched_share(split),
         faults: chaos["fault_log"].as_array().map_or(0, |a| a.len() as u64),
         faults_failed: failed,
         control: chaos["settings"]["control"].as_bool().unwrap_or(false),
     }
+}
+
+fn touched_share(split: &Value) -> Option<f64> {
+    let touched = split["touched"]["reloads"].as_f64()?;
+    let all = touched + split["untouched"]["reloads"].as_f64()?;
+    (all > 0.0).then(|| touched / all)
 }
 
 fn kinds_of(report: &Value) -> BTreeMap<String, KindImpact> {
@@ -166,6 +179,19 @@ fn against_control(
             ms(median(set.iter().map(|r| r.p50_ms))),
             ms(median(set.iter().map(|r| r.p90_ms))),
             ms(worst(set.iter().map(|r| r.p99_ms)))
+        );
+    }
+    if let Some(share) = median(runs.iter().map(|r| r.touched_share)) {
+        out += &format!(
+            "| with faults, the reloads no fault touched | {} | {} | {} |\n",
+            ms(median(runs.iter().map(|r| r.untouched[0]))),
+            ms(median(runs.iter().map(|r| r.untouched[1]))),
+            ms(worst(runs.iter().map(|r| r.untouched[2])))
+        );
+        out += &format!(
+            "\nA fault touched {:.1}% of the reloads (median of the runs): above 10%, the overall \
+             p90 is a touched reload's.\n",
+            share * 100.0
         );
     }
     out += "\nPer fault kind, the untouched namespaces over the same windows:\n\n";
@@ -315,6 +341,16 @@ mod tests {
         r
     }
 
+    /// One fault run beside one control run.
+    fn beside(faulty: &Value, control: &Value) -> String {
+        against_control(
+            &[run_of("a", faulty)],
+            &[kinds_of(faulty)],
+            &[run_of("c", control)],
+            &[kinds_of(control)],
+        )
+    }
+
     #[test]
     fn control_runs_are_set_beside_the_fault_runs_with_the_goal() {
         let c = control(400.0);
@@ -322,12 +358,7 @@ mod tests {
         assert!(!run_of("a", &report(0, 1.0, None)).control);
         let mut faulty = report(0, 900.0, None);
         faulty["latency_ms"]["p90_ms"] = json!(700.0);
-        let text = against_control(
-            &[run_of("a", &faulty)],
-            &[kinds_of(&faulty)],
-            &[run_of("c", &c)],
-            &[kinds_of(&c)],
-        );
+        let text = beside(&faulty, &c);
         assert!(
             text.contains("| with faults | 300 ms | 700 ms | 900 ms |"),
             "{text}"
@@ -341,9 +372,31 @@ mod tests {
             text.contains("| kill | 100 ms | 900 ms | 100 ms | 400 ms | yes |"),
             "{text}"
         );
+        assert!(
+            !text.contains("no fault touched"),
+            "no split in these results: {text}"
+        );
         assert_eq!(within_goal(Some(2500.0), Some(1200.0)), "no");
         assert_eq!(within_goal(Some(2400.0), Some(1200.0)), "yes");
         assert_eq!(within_goal(Some(900.0), None), "-");
+    }
+
+    #[test]
+    fn the_reloads_no_fault_touched_are_set_beside_the_control_with_the_share_touched() {
+        let mut faulty = report(0, 900.0, None);
+        faulty["notes"]["chaos"]["touch_split"] = json!({
+            "touched": {"reloads": 15, "p90_ms": 4000.0},
+            "untouched": {"reloads": 85, "p50_ms": 40.0, "p90_ms": 90.0, "p99_ms": 600.0}
+        });
+        let text = beside(&faulty, &control(400.0));
+        assert!(
+            text.contains("| with faults, the reloads no fault touched | 40 ms | 90 ms | 600 ms |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("A fault touched 15.0% of the reloads"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -157,25 +157,13 @@ pub fn slow_reloads(
     thresholds_ms: &[f64],
 ) -> Vec<SlowReloads> {
     let reloads = reload_latencies(changes, observations);
-    let reach: Vec<(&FaultRecord, Option<HashSet<String>>)> = log
-        .iter()
-        .map(|f| (f, touched(f, writes, margin_s)))
-        .collect();
-    let kinds_touching = |r: &Reload<'_>| -> BTreeSet<&str> {
-        let (from, to) = (r.t_sent - AFTERMATH_S, r.t_sent + r.latency_ms / 1000.0);
-        reach
-            .iter()
-            .filter(|(f, _)| f.start_s <= to && f.end_s >= from)
-            .filter(|(_, set)| set.as_ref().is_none_or(|s| s.contains(r.namespace)))
-            .map(|(f, _)| f.kind.as_str())
-            .collect()
-    };
+    let reach = Reach::new(log, writes, margin_s);
     // Each reload's kinds once, over the lowest threshold; the higher ones take their share.
     let lowest = thresholds_ms.iter().copied().fold(f64::INFINITY, f64::min);
     let mut slow: Vec<(&Reload<'_>, BTreeSet<&str>)> = reloads
         .iter()
         .filter(|r| r.latency_ms > lowest)
-        .map(|r| (r, kinds_touching(r)))
+        .map(|r| (r, reach.kinds_touching(r)))
         .collect();
     slow.sort_by(|(a, _), (b, _)| b.latency_ms.total_cmp(&a.latency_ms));
     thresholds_ms
@@ -211,6 +199,80 @@ pub fn slow_reloads(
             out
         })
         .collect()
+}
+
+/// Every reload, split by whether a fault touched it (as [`SlowReloads`] reads it): what share
+/// of the run the faults reached, and the latency of each part. Once more than a tenth of the
+/// reloads were touched, the overall p90 is a touched reload's whatever the design does with
+/// the others; the untouched part's p90 is then the one to hold against the control run's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TouchSplit {
+    pub touched: Latencies,
+    pub untouched: Latencies,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latencies {
+    pub reloads: usize,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+impl Latencies {
+    fn of(values: &[f64]) -> Self {
+        Latencies {
+            reloads: values.len(),
+            p50_ms: percentile(values, 50.0),
+            p90_ms: percentile(values, 90.0),
+            p99_ms: percentile(values, 99.0),
+        }
+    }
+}
+
+pub fn touch_split(
+    log: &[FaultRecord],
+    changes: &[Change],
+    observations: &[Observation],
+    writes: &ReplicaWrites,
+    margin_s: f64,
+) -> TouchSplit {
+    let reach = Reach::new(log, writes, margin_s);
+    let (touched, untouched): (Vec<Reload<'_>>, Vec<Reload<'_>>) =
+        reload_latencies(changes, observations)
+            .into_iter()
+            .partition(|r| !reach.kinds_touching(r).is_empty());
+    let latencies =
+        |part: &[Reload<'_>]| -> Vec<f64> { part.iter().map(|r| r.latency_ms).collect() };
+    TouchSplit {
+        touched: Latencies::of(&latencies(&touched)),
+        untouched: Latencies::of(&latencies(&untouched)),
+    }
+}
+
+/// Each fault of a run with the namespaces it touched (`None`: every one).
+struct Reach<'a>(Vec<(&'a FaultRecord, Option<HashSet<String>>)>);
+
+impl<'a> Reach<'a> {
+    fn new(log: &'a [FaultRecord], writes: &ReplicaWrites, margin_s: f64) -> Self {
+        Reach(
+            log.iter()
+                .map(|f| (f, touched(f, writes, margin_s)))
+                .collect(),
+        )
+    }
+
+    /// The kinds of the faults that touched `r`'s namespace from [`AFTERMATH_S`] before its
+    /// change until it was seen.
+    fn kinds_touching(&self, r: &Reload<'_>) -> BTreeSet<&'a str> {
+        let (from, to) = (r.t_sent - AFTERMATH_S, r.t_sent + r.latency_ms / 1000.0);
+        self.0
+            .iter()
+            .filter(|(f, _)| f.start_s <= to && f.end_s >= from)
+            .filter(|(_, set)| set.as_ref().is_none_or(|s| s.contains(r.namespace)))
+            .map(|(f, _)| f.kind.as_str())
+            .collect()
+    }
 }
 
 /// A change reaching one workload, seen directly (not folded into a later change).

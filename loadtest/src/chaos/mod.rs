@@ -505,6 +505,11 @@ fn verdict(
             t.threshold_ms, t.reloads, t.touched_by, t.only_by, t.untouched
         ));
     }
+    let split = impact::touch_split(records, changes, seen, writes, s.recovery_s);
+    log(&format!(
+        "  reloads a fault touched: {:?}; no fault touched: {:?}",
+        split.touched, split.untouched
+    ));
     notes.insert(
         "chaos".into(),
         json!({
@@ -522,6 +527,7 @@ fn verdict(
             "impact_by_kind": impact_by_kind,
             "impact": impact::impacts(records, changes, seen, writes, s.recovery_s),
             "slow_reloads": slow,
+            "touch_split": split,
         }),
     );
     let shown = violations.iter().take(10).map(|v| {

@@ -136,6 +136,25 @@ fn kinds_pool_their_faults() {
 }
 
 #[test]
+fn the_split_puts_each_reload_with_or_without_a_fault_that_touched_it() {
+    let (changes, observations) = history();
+    // The kill touches `a` (r0 wrote there), so a/w (4.0 s) is touched; b/w (0.1 s) and b/v
+    // (0.9 s after the ack of its later change) are not.
+    let log = [fault("kill", "r0", 10.0, 13.0)];
+    let split = touch_split(&log, &changes, &observations, &writes(), 2.0);
+    assert_eq!(split.touched.reloads, 1);
+    assert_eq!(split.touched.p90_ms.map(f64::round), Some(4000.0));
+    assert_eq!(split.untouched.reloads, 2);
+    assert_eq!(split.untouched.p50_ms.map(f64::round), Some(100.0));
+    assert_eq!(split.untouched.p90_ms.map(f64::round), Some(900.0));
+    // A fault that touches every namespace while they waited leaves none untouched.
+    let log = [fault("api-restart", "control-plane", 11.0, 11.1)];
+    let split = touch_split(&log, &changes, &observations, &writes(), 2.0);
+    assert_eq!((split.touched.reloads, split.untouched.reloads), (3, 0));
+    assert_eq!(split.untouched.p90_ms, None);
+}
+
+#[test]
 fn nearest_rank_percentiles() {
     let v: Vec<f64> = (1..=100).map(f64::from).collect();
     assert_eq!(percentile(&v, 50.0), Some(50.0));
