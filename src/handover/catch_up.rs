@@ -385,9 +385,10 @@ fn at_version_targets(
 /// Above this many namespaces written since the acted version, a catch-up lists its whole
 /// target at that version instead of each namespace. A namespace list reads one namespace; a
 /// list of the whole target at a past version reads every config of the kind in the cluster,
-/// in pages one after the other (40 at the medium scale's 20,000 configs, 400 at the large
-/// scale's). 256 namespace lists are 16 rounds of [`AT_VERSION_LISTS_IN_FLIGHT`]. (At 64, a
-/// replica back from a 7 s gap in `chaos-medium-3r-2b7818a` had more and listed its share.)
+/// in pages one after the other (about 20 per kind at the medium scale's 20,000 configs, 200
+/// at the large scale's). 256 namespace lists are 16 rounds of [`AT_VERSION_LISTS_IN_FLIGHT`],
+/// each reading one namespace. (At 64, a replica back from a 7 s gap in
+/// `chaos-medium-3r-2b7818a` had more and listed its share.)
 const NAMESPACE_LISTS: usize = 256;
 
 /// How many namespace lists of one catch-up are in flight at once. Their time is the API
