@@ -333,12 +333,22 @@ async fn a_listed_workload_kind_is_backfilled_in_pages_the_watched_configs_strea
     let ns = TestNamespace::new("wire-enter-listed").await;
     workloads(&ns).await;
     label_namespace(&ns, &selector).await;
+    // As in `backfilled`: a change counts once the backfill listed the namespace (before,
+    // the list reads the changed config as the state the namespace enters with).
+    wait_for(
+        "the configs' backfill, streamed",
+        Duration::from_secs(30),
+        || async {
+            let streamed = proxy.streamed_in(&ns.name);
+            match streamed.contains("configmaps") && streamed.contains("secrets") {
+                true => Ok(()),
+                false => Err(format!("{streamed:?}")),
+            }
+        },
+    )
+    .await;
     change_both_and_see_every_kind_reload(&ns).await;
     let streamed = proxy.streamed_in(&ns.name);
-    assert!(
-        streamed.contains("configmaps") && streamed.contains("secrets"),
-        "the configs' backfill was not streamed: {streamed:?}"
-    );
     for kind in ["deployments", "statefulsets", "daemonsets"] {
         assert!(!streamed.contains(kind), "{kind} streamed: {streamed:?}");
     }
