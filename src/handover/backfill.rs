@@ -26,6 +26,7 @@ use crate::resources::{
     CONFIG_PAGE_SIZE, api_resource, spc_pod_status_resource, workload_list_params,
 };
 
+use super::acted::ActedVersions;
 use super::gains::{BackfillStage, GainSink, Listable, PageRequest, StreamedList, Watches};
 use super::listed_through::ListedThrough;
 use super::protocol::CatchUp;
@@ -40,9 +41,21 @@ impl<'a, W: Watches> Indexing<'a, W> {
         Self { watches }
     }
 
-    /// Lists what a newly selected namespace holds, as a start-up would, then reconciles it.
-    pub async fn namespace_entered(&self, namespace: &str) {
-        self.namespaces_entered(&[namespace.to_string()], None)
+    /// Lists what a newly selected namespace holds, as a start-up would, reconciles it, and
+    /// acts on every config changed after `selected_at`, the resourceVersion of the namespace
+    /// event that brought it into the selection (0: unknown, nothing to catch up). Reloader,
+    /// checking the selector at each config event, rolls a change made between the label and
+    /// this replica's list; the list alone reads it as the state the namespace entered with.
+    pub async fn namespace_entered(&self, namespace: &str, selected_at: u64) {
+        let catch_up = (selected_at > 0).then(|| CatchUp {
+            since: [ConfigKind::ConfigMap, ConfigKind::Secret]
+                .into_iter()
+                .map(|kind| (kind, selected_at))
+                .collect(),
+            // Nothing to hold: this replica never acted on the namespace before.
+            held: Vec::new(),
+        });
+        self.namespaces_entered(&[namespace.to_string()], catch_up.as_ref())
             .await;
     }
 
@@ -84,13 +97,15 @@ impl<'a, W: Watches> Indexing<'a, W> {
             };
         }
         sink.configs_backfilled(namespaces.iter().map(String::as_str));
-        self.forget_deleted_meanwhile(kept, &listed.into_inner().expect("listed keys"));
+        let listed = listed.into_inner().expect("listed keys");
+        self.forget_deleted_meanwhile(kept, &listed);
         let set: HashSet<String> = namespaces.iter().cloned().collect();
         sink.restore_halts(&set).await;
         if let Some(catch_up) = catch_up {
             let stage = Instant::now();
             let gained = |ns: &str| wanted.contains(ns);
-            self.catch_up(&targets, &gained, &catch_up.since).await;
+            let since = self.written_kinds(&catch_up.since, &listed);
+            self.catch_up(&targets, &gained, &since).await;
             took.catch_up = Some(stage.elapsed());
         }
         let queued = sink.reconcile_recorded(Some(&set));
@@ -98,6 +113,24 @@ impl<'a, W: Watches> Indexing<'a, W> {
         info!(count = namespaces.len(), first = %namespaces[0], queued,
             workloads = ?took.workloads, configs = ?took.configs, catch_up = ?took.catch_up,
             "namespaces indexed");
+    }
+
+    /// The kinds of `since` of which a listed config is indexed at a newer resourceVersion (or
+    /// an unknown one): only there can a config have changed since, so a namespace entering
+    /// the selection, or a hand-over, whose configs nobody wrote meanwhile lists nothing more.
+    fn written_kinds(&self, since: &ActedVersions, listed: &HashSet<ConfigKey>) -> ActedVersions {
+        let index = self.watches.index();
+        let written = |kind: ConfigKind, version: u64| {
+            listed.iter().filter(|key| key.kind == kind).any(|key| {
+                index
+                    .config_version(key)
+                    .is_some_and(|now| now == 0 || now > version)
+            })
+        };
+        since
+            .iter()
+            .filter(|(kind, version)| written(*kind, *version))
+            .collect()
     }
 
     /// Scoped mode: the shard assignment spans every namespace, but only the scope's can be read

@@ -41,8 +41,9 @@ struct SelectionVerbs {
 impl IndexVerbs<Namespace> for SelectionVerbs {
     type Key = String;
 
-    /// A namespace selected after start-up is indexed as a start-up would; during the first
-    /// list the start-up lists that follow cover it.
+    /// A namespace selected after start-up is indexed as a start-up would, and the configs
+    /// changed since the event that selected it are acted on; during the first list the
+    /// start-up lists that follow cover it.
     async fn apply(&mut self, ns: Namespace, phase: Phase) -> Option<String> {
         let name = ns.name_any();
         let ctx = &self.ctx;
@@ -51,7 +52,10 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
             && phase.after_startup()
             && ctx.ownership.owns(&name)
         {
-            Indexing::new(&**ctx).namespace_entered(&name).await;
+            let selected_at = crate::index::resource_version(&ns.metadata);
+            Indexing::new(&**ctx)
+                .namespace_entered(&name, selected_at)
+                .await;
         }
         Some(name)
     }
