@@ -32,6 +32,9 @@ use super::acted::ActedVersions;
 use super::backfill::{Indexing, KindList, ListTarget, ListedConfig, Pages};
 use super::gains::{GainSink, Watches};
 
+/// Configs as a list at a past version found them, hashed (payloads dropped), by key.
+type StatesThen = HashMap<ConfigKey, ConfigState>;
+
 /// Attempts at a catch-up list that fails for another reason than a compacted history.
 const ATTEMPTS: u32 = 5;
 const RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -148,7 +151,7 @@ impl<W: Watches> Indexing<'_, W> {
         &self,
         kind: ConfigKind,
         wanted: &(dyn Fn(&str) -> bool + Sync),
-        before: &HashMap<ConfigKey, ConfigState>,
+        before: &StatesThen,
     ) -> Vec<ConfigKey> {
         before
             .iter()
@@ -259,7 +262,7 @@ impl<W: Watches> Indexing<'_, W> {
         target: &ListTarget,
         wanted: &(dyn Fn(&str) -> bool + Sync),
         version: u64,
-    ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
+    ) -> Result<StatesThen, kube::Error>
     where
         K: ListedConfig,
     {
@@ -287,7 +290,7 @@ impl<W: Watches> Indexing<'_, W> {
         target: &ListTarget,
         wanted: &(dyn Fn(&str) -> bool + Sync),
         version: u64,
-    ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
+    ) -> Result<StatesThen, kube::Error>
     where
         K: ListedConfig,
     {
@@ -322,7 +325,7 @@ impl<W: Watches> Indexing<'_, W> {
         list: KindList<'_, K>,
         target: &ListTarget,
         wanted: &(dyn Fn(&str) -> bool + Sync),
-    ) -> Result<HashMap<ConfigKey, ConfigState>, kube::Error>
+    ) -> Result<StatesThen, kube::Error>
     where
         K: ListedConfig,
     {

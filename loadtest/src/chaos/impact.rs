@@ -54,65 +54,79 @@ pub struct KindImpact {
     pub takeover_max_s: Option<f64>,
 }
 
-/// Each fault's impact, in the order of the log.
-pub fn impacts(
-    log: &[FaultRecord],
-    changes: &[Change],
-    observations: &[Observation],
-    writes: &ReplicaWrites,
+/// One run's faults and reloads, read once (the reloads' latencies, the namespaces each fault
+/// touched): every figure of this module is a view of it.
+pub struct RunImpact<'a> {
+    writes: &'a ReplicaWrites,
     margin_s: f64,
-) -> Vec<FaultImpact> {
-    let reloads = reload_latencies(changes, observations);
-    log.iter()
-        .map(|f| {
-            let during = untouched_latencies(f, log, &reloads, writes, margin_s);
-            FaultImpact {
-                kind: f.kind.clone(),
-                target: f.target.clone(),
-                start_s: f.start_s,
-                end_s: f.end_s,
-                untouched_reloads: during.as_ref().map(Vec::len),
-                untouched_p50_ms: during.as_ref().and_then(|d| percentile(d, 50.0)),
-                untouched_p99_ms: during.as_ref().and_then(|d| percentile(d, 99.0)),
-                takeover_s: takeover(f, writes),
-            }
-        })
-        .collect()
+    reloads: Vec<Reload<'a>>,
+    reach: Reach<'a>,
 }
 
-/// Pools `impacts` by kind (the latencies are recomputed over the pooled reloads).
-pub fn by_kind(
-    log: &[FaultRecord],
-    changes: &[Change],
-    observations: &[Observation],
-    writes: &ReplicaWrites,
-    margin_s: f64,
-) -> BTreeMap<String, KindImpact> {
-    let reloads = reload_latencies(changes, observations);
-    let mut pooled: BTreeMap<String, (usize, Vec<f64>, Option<f64>)> = BTreeMap::new();
-    for f in log {
-        let entry = pooled.entry(f.kind.clone()).or_default();
-        entry.0 += 1;
-        if let Some(latencies) = untouched_latencies(f, log, &reloads, writes, margin_s) {
-            entry.1.extend(latencies);
-        }
-        if let Some(s) = takeover(f, writes) {
-            entry.2 = Some(entry.2.map_or(s, |m: f64| m.max(s)));
+impl<'a> RunImpact<'a> {
+    /// `margin_s`: how long around a fault it still touches what it touched (the recovery).
+    pub fn new(
+        log: &'a [FaultRecord],
+        changes: &'a [Change],
+        observations: &[Observation],
+        writes: &'a ReplicaWrites,
+        margin_s: f64,
+    ) -> Self {
+        RunImpact {
+            writes,
+            margin_s,
+            reloads: reload_latencies(changes, observations),
+            reach: Reach::new(log, writes, margin_s),
         }
     }
-    pooled
-        .into_iter()
-        .map(|(kind, (faults, lat, takeover_max_s))| {
-            let impact = KindImpact {
-                faults,
-                untouched_reloads: lat.len(),
-                untouched_p50_ms: percentile(&lat, 50.0),
-                untouched_p99_ms: percentile(&lat, 99.0),
-                takeover_max_s,
-            };
-            (kind, impact)
-        })
-        .collect()
+
+    /// Each fault's impact, in the order of the log.
+    pub fn each_fault(&self) -> Vec<FaultImpact> {
+        self.reach
+            .faults()
+            .map(|(f, touched)| {
+                let during = touched.as_ref().map(|_| self.untouched_latencies(f));
+                FaultImpact {
+                    kind: f.kind.clone(),
+                    target: f.target.clone(),
+                    start_s: f.start_s,
+                    end_s: f.end_s,
+                    untouched_reloads: during.as_ref().map(Vec::len),
+                    untouched_p50_ms: during.as_ref().and_then(|d| percentile(d, 50.0)),
+                    untouched_p99_ms: during.as_ref().and_then(|d| percentile(d, 99.0)),
+                    takeover_s: takeover(f, self.writes),
+                }
+            })
+            .collect()
+    }
+
+    /// The faults' impacts pooled by kind (the latencies are recomputed over the pooled reloads).
+    pub fn by_kind(&self) -> BTreeMap<String, KindImpact> {
+        let mut pooled: BTreeMap<String, (usize, Vec<f64>, Option<f64>)> = BTreeMap::new();
+        for (f, touched) in self.reach.faults() {
+            let entry = pooled.entry(f.kind.clone()).or_default();
+            entry.0 += 1;
+            if touched.is_some() {
+                entry.1.extend(self.untouched_latencies(f));
+            }
+            if let Some(s) = takeover(f, self.writes) {
+                entry.2 = Some(entry.2.map_or(s, |m: f64| m.max(s)));
+            }
+        }
+        pooled
+            .into_iter()
+            .map(|(kind, (faults, lat, takeover_max_s))| {
+                let impact = KindImpact {
+                    faults,
+                    untouched_reloads: lat.len(),
+                    untouched_p50_ms: percentile(&lat, 50.0),
+                    untouched_p99_ms: percentile(&lat, 99.0),
+                    takeover_max_s,
+                };
+                (kind, impact)
+            })
+            .collect()
+    }
 }
 
 /// How long before a change a fault still counts as holding up its reload (its relists, its
@@ -147,58 +161,52 @@ pub struct SlowReload {
 
 pub const SLOWEST_LISTED: usize = 20;
 
-/// [`SlowReloads`] for each threshold.
-pub fn slow_reloads(
-    log: &[FaultRecord],
-    changes: &[Change],
-    observations: &[Observation],
-    writes: &ReplicaWrites,
-    margin_s: f64,
-    thresholds_ms: &[f64],
-) -> Vec<SlowReloads> {
-    let reloads = reload_latencies(changes, observations);
-    let reach = Reach::new(log, writes, margin_s);
-    // Each reload's kinds once, over the lowest threshold; the higher ones take their share.
-    let lowest = thresholds_ms.iter().copied().fold(f64::INFINITY, f64::min);
-    let mut slow: Vec<(&Reload<'_>, BTreeSet<&str>)> = reloads
-        .iter()
-        .filter(|r| r.latency_ms > lowest)
-        .map(|r| (r, reach.kinds_touching(r)))
-        .collect();
-    slow.sort_by(|(a, _), (b, _)| b.latency_ms.total_cmp(&a.latency_ms));
-    thresholds_ms
-        .iter()
-        .map(|&threshold_ms| {
-            let mut out = SlowReloads {
-                threshold_ms,
-                reloads: 0,
-                touched_by: BTreeMap::new(),
-                only_by: BTreeMap::new(),
-                untouched: 0,
-                slowest: Vec::new(),
-            };
-            for (r, kinds) in slow.iter().filter(|(r, _)| r.latency_ms > threshold_ms) {
-                out.reloads += 1;
-                if out.slowest.len() < SLOWEST_LISTED {
-                    out.slowest.push(SlowReload {
-                        workload: r.workload.to_string(),
-                        t_sent: r.t_sent,
-                        latency_ms: r.latency_ms,
-                        touched_by: kinds.iter().map(|k| k.to_string()).collect(),
-                    });
+impl RunImpact<'_> {
+    /// [`SlowReloads`] for each threshold.
+    pub fn slow_reloads(&self, thresholds_ms: &[f64]) -> Vec<SlowReloads> {
+        // Each reload's kinds once, over the lowest threshold; the higher ones take their share.
+        let lowest = thresholds_ms.iter().copied().fold(f64::INFINITY, f64::min);
+        let mut slow: Vec<(&Reload<'_>, BTreeSet<&str>)> = self
+            .reloads
+            .iter()
+            .filter(|r| r.latency_ms > lowest)
+            .map(|r| (r, self.reach.kinds_touching(r)))
+            .collect();
+        slow.sort_by(|(a, _), (b, _)| b.latency_ms.total_cmp(&a.latency_ms));
+        thresholds_ms
+            .iter()
+            .map(|&threshold_ms| {
+                let mut out = SlowReloads {
+                    threshold_ms,
+                    reloads: 0,
+                    touched_by: BTreeMap::new(),
+                    only_by: BTreeMap::new(),
+                    untouched: 0,
+                    slowest: Vec::new(),
+                };
+                for (r, kinds) in slow.iter().filter(|(r, _)| r.latency_ms > threshold_ms) {
+                    out.reloads += 1;
+                    if out.slowest.len() < SLOWEST_LISTED {
+                        out.slowest.push(SlowReload {
+                            workload: r.workload.to_string(),
+                            t_sent: r.t_sent,
+                            latency_ms: r.latency_ms,
+                            touched_by: kinds.iter().map(|k| k.to_string()).collect(),
+                        });
+                    }
+                    for kind in kinds {
+                        *out.touched_by.entry(kind.to_string()).or_default() += 1;
+                    }
+                    match (kinds.len(), kinds.first()) {
+                        (0, _) => out.untouched += 1,
+                        (1, Some(only)) => *out.only_by.entry(only.to_string()).or_default() += 1,
+                        _ => {}
+                    }
                 }
-                for kind in kinds {
-                    *out.touched_by.entry(kind.to_string()).or_default() += 1;
-                }
-                match (kinds.len(), kinds.first()) {
-                    (0, _) => out.untouched += 1,
-                    (1, Some(only)) => *out.only_by.entry(only.to_string()).or_default() += 1,
-                    _ => {}
-                }
-            }
-            out
-        })
-        .collect()
+                out
+            })
+            .collect()
+    }
 }
 
 /// Every reload, split by whether a fault touched it (as [`SlowReloads`] reads it): what share
@@ -230,23 +238,46 @@ impl Latencies {
     }
 }
 
-pub fn touch_split(
-    log: &[FaultRecord],
-    changes: &[Change],
-    observations: &[Observation],
-    writes: &ReplicaWrites,
-    margin_s: f64,
-) -> TouchSplit {
-    let reach = Reach::new(log, writes, margin_s);
-    let (touched, untouched): (Vec<Reload<'_>>, Vec<Reload<'_>>) =
-        reload_latencies(changes, observations)
-            .into_iter()
-            .partition(|r| !reach.kinds_touching(r).is_empty());
-    let latencies =
-        |part: &[Reload<'_>]| -> Vec<f64> { part.iter().map(|r| r.latency_ms).collect() };
-    TouchSplit {
-        touched: Latencies::of(&latencies(&touched)),
-        untouched: Latencies::of(&latencies(&untouched)),
+impl RunImpact<'_> {
+    /// [`TouchSplit`] of the run's reloads.
+    pub fn touch_split(&self) -> TouchSplit {
+        let mut touched = Vec::new();
+        let mut untouched = Vec::new();
+        for r in &self.reloads {
+            match self.reach.touches(r) {
+                true => touched.push(r.latency_ms),
+                false => untouched.push(r.latency_ms),
+            }
+        }
+        TouchSplit {
+            touched: Latencies::of(&touched),
+            untouched: Latencies::of(&untouched),
+        }
+    }
+
+    /// Latencies of the reloads of changes made during `f` in namespaces it did not touch
+    /// (for a fault that touched some, not all).
+    fn untouched_latencies(&self, f: &FaultRecord) -> Vec<f64> {
+        let margin_s = self.margin_s;
+        // Every fault in effect at some time of `f`, with what it touched (None: everything).
+        let around: Vec<&(&FaultRecord, Option<HashSet<String>>)> = self
+            .reach
+            .faults()
+            .filter(|(g, _)| g.start_s - margin_s <= f.end_s && g.end_s + margin_s >= f.start_s)
+            .collect();
+        let touched_at = |t: f64, namespace: &str| {
+            around.iter().any(|(g, set)| {
+                t >= g.start_s - margin_s
+                    && t <= g.end_s + margin_s
+                    && set.as_ref().is_none_or(|s| s.contains(namespace))
+            })
+        };
+        let during = self
+            .reloads
+            .iter()
+            .filter(|r| r.t_sent >= f.start_s && r.t_sent <= f.end_s)
+            .filter(|r| !touched_at(r.t_sent, r.namespace));
+        during.map(|r| r.latency_ms).collect()
     }
 }
 
@@ -262,16 +293,28 @@ impl<'a> Reach<'a> {
         )
     }
 
-    /// The kinds of the faults that touched `r`'s namespace from [`AFTERMATH_S`] before its
-    /// change until it was seen.
-    fn kinds_touching(&self, r: &Reload<'_>) -> BTreeSet<&'a str> {
+    /// Each fault, in the order of the log, with what it touched.
+    fn faults(&self) -> impl Iterator<Item = &(&'a FaultRecord, Option<HashSet<String>>)> {
+        self.0.iter()
+    }
+
+    /// The faults that touched `r`'s namespace from [`AFTERMATH_S`] before its change until
+    /// it was seen.
+    fn touching<'r>(&'r self, r: &'r Reload<'_>) -> impl Iterator<Item = &'a FaultRecord> + 'r {
         let (from, to) = (r.t_sent - AFTERMATH_S, r.t_sent + r.latency_ms / 1000.0);
         self.0
             .iter()
-            .filter(|(f, _)| f.start_s <= to && f.end_s >= from)
+            .filter(move |(f, _)| f.start_s <= to && f.end_s >= from)
             .filter(|(_, set)| set.as_ref().is_none_or(|s| s.contains(r.namespace)))
-            .map(|(f, _)| f.kind.as_str())
-            .collect()
+            .map(|(f, _)| *f)
+    }
+
+    fn kinds_touching(&self, r: &Reload<'_>) -> BTreeSet<&'a str> {
+        self.touching(r).map(|f| f.kind.as_str()).collect()
+    }
+
+    fn touches(&self, r: &Reload<'_>) -> bool {
+        self.touching(r).next().is_some()
     }
 }
 
@@ -310,36 +353,6 @@ fn reload_latencies<'a>(changes: &'a [Change], observations: &[Observation]) -> 
         }
     }
     out
-}
-
-/// Latencies of the reloads of changes made during `f` in namespaces it did not touch (`None`:
-/// it touched them all).
-fn untouched_latencies(
-    f: &FaultRecord,
-    log: &[FaultRecord],
-    reloads: &[Reload<'_>],
-    writes: &ReplicaWrites,
-    margin_s: f64,
-) -> Option<Vec<f64>> {
-    touched(f, writes, margin_s)?;
-    // Every fault in effect at some time of `f`, with what it touched (None: everything).
-    let around: Vec<(&FaultRecord, Option<HashSet<String>>)> = log
-        .iter()
-        .filter(|g| g.start_s - margin_s <= f.end_s && g.end_s + margin_s >= f.start_s)
-        .map(|g| (g, touched(g, writes, margin_s)))
-        .collect();
-    let touched_at = |t: f64, namespace: &str| {
-        around.iter().any(|(g, set)| {
-            t >= g.start_s - margin_s
-                && t <= g.end_s + margin_s
-                && set.as_ref().is_none_or(|s| s.contains(namespace))
-        })
-    };
-    let during = reloads
-        .iter()
-        .filter(|r| r.t_sent >= f.start_s && r.t_sent <= f.end_s)
-        .filter(|r| !touched_at(r.t_sent, r.namespace));
-    Some(during.map(|r| r.latency_ms).collect())
 }
 
 /// The replica index of a target named `r<i>`.

@@ -487,25 +487,19 @@ fn verdict(
         ));
     }
     let (changes, seen) = (&st.changes, &st.observations);
-    let impact_by_kind = impact::by_kind(records, changes, seen, writes, s.recovery_s);
+    let run = impact::RunImpact::new(records, changes, seen, writes, s.recovery_s);
+    let impact_by_kind = run.by_kind();
     for (kind, k) in &impact_by_kind {
         log(&format!("  {kind}: {k:?}"));
     }
-    let slow = impact::slow_reloads(
-        records,
-        changes,
-        seen,
-        writes,
-        s.recovery_s,
-        &settings::SLOW_RELOAD_THRESHOLDS_MS,
-    );
+    let slow = run.slow_reloads(&settings::SLOW_RELOAD_THRESHOLDS_MS);
     for t in &slow {
         log(&format!(
             "  reloads over {} ms: {}, touched by {:?}, by one kind only {:?}, by none {}",
             t.threshold_ms, t.reloads, t.touched_by, t.only_by, t.untouched
         ));
     }
-    let split = impact::touch_split(records, changes, seen, writes, s.recovery_s);
+    let split = run.touch_split();
     log(&format!(
         "  reloads a fault touched: {:?}; no fault touched: {:?}",
         split.touched, split.untouched
@@ -525,7 +519,7 @@ fn verdict(
             "violations": violations.iter().take(50).collect::<Vec<_>>(),
             "fault_log": records,
             "impact_by_kind": impact_by_kind,
-            "impact": impact::impacts(records, changes, seen, writes, s.recovery_s),
+            "impact": run.each_fault(),
             "slow_reloads": slow,
             "touch_split": split,
         }),

@@ -40,7 +40,8 @@ fn history() -> (Vec<Change>, Vec<Observation>) {
 fn a_replica_fault_reports_the_latency_of_the_namespaces_its_target_did_not_write_in() {
     let (changes, observations) = history();
     let log = [fault("kill", "r0", 10.0, 13.0)];
-    let [kill] = impacts(&log, &changes, &observations, &writes(), 2.0)
+    let [kill] = RunImpact::new(&log, &changes, &observations, &writes(), 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     // `a` is r0's (it wrote there at 9 s); `b`'s reloads of changes made during the kill count.
@@ -57,7 +58,8 @@ fn a_replica_back_before_anyone_else_wrote_in_its_namespaces_was_not_taken_over(
     let mut back_first = writes();
     back_first[0].push((12.0, "a".into()));
     let log = [fault("stop", "r0", 10.0, 11.0)];
-    let [stop] = impacts(&log, &changes, &observations, &back_first, 2.0)
+    let [stop] = RunImpact::new(&log, &changes, &observations, &back_first, 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     assert_eq!(stop.takeover_s, None);
@@ -67,13 +69,15 @@ fn a_replica_back_before_anyone_else_wrote_in_its_namespaces_was_not_taken_over(
 fn a_webhook_touches_its_namespace_and_control_plane_faults_touch_every_one() {
     let (changes, observations) = history();
     let webhook_only = [fault("webhook", "a", 9.0, 13.0)];
-    let [webhook] = impacts(&webhook_only, &changes, &observations, &writes(), 2.0)
+    let [webhook] = RunImpact::new(&webhook_only, &changes, &observations, &writes(), 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     assert_eq!(webhook.untouched_reloads, Some(2));
     assert_eq!(webhook.takeover_s, None, "no replica was taken away");
     let restart_only = [fault("api-restart", "control-plane", 9.0, 13.0)];
-    let [restart] = impacts(&restart_only, &changes, &observations, &writes(), 2.0)
+    let [restart] = RunImpact::new(&restart_only, &changes, &observations, &writes(), 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     assert_eq!(restart.untouched_reloads, None);
@@ -90,7 +94,8 @@ fn a_namespace_another_fault_touched_at_the_time_is_not_untouched() {
         fault("webhook", "a", 9.0, 13.0),
         fault("stop", "r1", 11.0, 13.0),
     ];
-    let [webhook, stop] = impacts(&log, &changes, &observations, &writes(), 2.0)
+    let [webhook, stop] = RunImpact::new(&log, &changes, &observations, &writes(), 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     assert_eq!(webhook.untouched_reloads, Some(0));
@@ -104,7 +109,8 @@ fn a_namespace_another_fault_touched_at_the_time_is_not_untouched() {
         fault("webhook", "a", 9.0, 13.0),
         fault("api-restart", "control-plane", 9.0, 13.0),
     ];
-    let [webhook, _] = impacts(&log, &changes, &observations, &writes(), 2.0)
+    let [webhook, _] = RunImpact::new(&log, &changes, &observations, &writes(), 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     assert_eq!(webhook.untouched_reloads, Some(0));
@@ -113,7 +119,8 @@ fn a_namespace_another_fault_touched_at_the_time_is_not_untouched() {
         fault("webhook", "a", 9.0, 13.0),
         fault("api-restart", "control-plane", 2.0, 5.0),
     ];
-    let [webhook, _] = impacts(&log, &changes, &observations, &writes(), 2.0)
+    let [webhook, _] = RunImpact::new(&log, &changes, &observations, &writes(), 2.0)
+        .each_fault()
         .try_into()
         .unwrap();
     assert_eq!(webhook.untouched_reloads, Some(2));
@@ -127,7 +134,7 @@ fn kinds_pool_their_faults() {
         fault("latency", "r0", 11.5, 12.5),
         fault("kill", "r0", 10.0, 13.0),
     ];
-    let pooled = by_kind(&log, &changes, &observations, &writes(), 0.5);
+    let pooled = RunImpact::new(&log, &changes, &observations, &writes(), 0.5).by_kind();
     assert_eq!(pooled["latency"].faults, 2);
     // r0 wrote nothing within 0.5 s of either window: every reload during them counts.
     assert_eq!(pooled["latency"].untouched_reloads, 2);
@@ -141,7 +148,7 @@ fn the_split_puts_each_reload_with_or_without_a_fault_that_touched_it() {
     // The kill touches `a` (r0 wrote there), so a/w (4.0 s) is touched; b/w (0.1 s) and b/v
     // (0.9 s after the ack of its later change) are not.
     let log = [fault("kill", "r0", 10.0, 13.0)];
-    let split = touch_split(&log, &changes, &observations, &writes(), 2.0);
+    let split = RunImpact::new(&log, &changes, &observations, &writes(), 2.0).touch_split();
     assert_eq!(split.touched.reloads, 1);
     assert_eq!(split.touched.p90_ms.map(f64::round), Some(4000.0));
     assert_eq!(split.untouched.reloads, 2);
@@ -149,7 +156,7 @@ fn the_split_puts_each_reload_with_or_without_a_fault_that_touched_it() {
     assert_eq!(split.untouched.p90_ms.map(f64::round), Some(900.0));
     // A fault that touches every namespace while they waited leaves none untouched.
     let log = [fault("api-restart", "control-plane", 11.0, 11.1)];
-    let split = touch_split(&log, &changes, &observations, &writes(), 2.0);
+    let split = RunImpact::new(&log, &changes, &observations, &writes(), 2.0).touch_split();
     assert_eq!((split.touched.reloads, split.untouched.reloads), (3, 0));
     assert_eq!(split.untouched.p90_ms, None);
 }
@@ -166,6 +173,7 @@ fn nearest_rank_percentiles() {
 #[test]
 fn slow_reloads_name_the_fault_kinds_that_touched_them() {
     let (changes, observations) = history();
+    let replica_writes = writes();
     let count = |pairs: &[(&str, usize)]| -> BTreeMap<String, usize> {
         pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
     };
@@ -174,16 +182,8 @@ fn slow_reloads_name_the_fault_kinds_that_touched_them() {
         fault("kill", "r0", 10.0, 13.0),
         fault("webhook", "b", 0.0, 1.0),
     ];
-    let [over_half_s, over_1_s] = slow_reloads(
-        &log,
-        &changes,
-        &observations,
-        &writes(),
-        2.0,
-        &[500.0, 1000.0],
-    )
-    .try_into()
-    .unwrap();
+    let run = RunImpact::new(&log, &changes, &observations, &replica_writes, 2.0);
+    let [over_half_s, over_1_s] = run.slow_reloads(&[500.0, 1000.0]).try_into().unwrap();
     assert_eq!(over_half_s.reloads, 2, "a/w (4.0 s) and b/v (0.9 s)");
     assert_eq!(over_half_s.only_by, count(&[("kill", 1)]));
     assert_eq!(over_half_s.untouched, 1, "b/v: no fault reached `b`");
@@ -202,9 +202,8 @@ fn slow_reloads_name_the_fault_kinds_that_touched_them() {
         fault("kill", "r0", 10.0, 13.0),
         fault("api-restart", "control-plane", 13.2, 13.4),
     ];
-    let [over_half_s] = slow_reloads(&log, &changes, &observations, &writes(), 2.0, &[500.0])
-        .try_into()
-        .unwrap();
+    let run = RunImpact::new(&log, &changes, &observations, &replica_writes, 2.0);
+    let [over_half_s] = run.slow_reloads(&[500.0]).try_into().unwrap();
     assert_eq!(
         over_half_s.touched_by,
         count(&[("api-restart", 2), ("kill", 1)])
