@@ -6,5 +6,5 @@
 mod pool;
 mod source;
 
-pub use pool::{DigestPool, DigestPoolClosed};
+pub use pool::{DigestPool, DigestPoolClosed, Reservation};
 pub use source::ConfigSource;

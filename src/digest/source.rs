@@ -17,6 +17,13 @@ pub trait ConfigSource:
 {
     const KIND: ConfigKind;
     fn into_payload(self) -> ConfigPayload;
+    /// The bytes of the payload [`Self::into_payload`] would make (keys and values).
+    fn payload_bytes(&self) -> usize;
+}
+
+/// Bytes of the keys and values of an optional map, each value measured by `len`.
+fn pairs_bytes<V>(pairs: Option<&BTreeMap<String, V>>, len: impl Fn(&V) -> usize) -> usize {
+    pairs.map_or(0, |pairs| pairs.iter().map(|(k, v)| k.len() + len(v)).sum())
 }
 
 impl ConfigSource for ConfigMap {
@@ -31,6 +38,11 @@ impl ConfigSource for ConfigMap {
                 .map(|(k, v)| (k, v.0))
                 .collect(),
         }
+    }
+
+    fn payload_bytes(&self) -> usize {
+        pairs_bytes(self.data.as_ref(), String::len)
+            + pairs_bytes(self.binary_data.as_ref(), |v| v.0.len())
     }
 }
 
@@ -48,5 +60,10 @@ impl ConfigSource for Secret {
             data.insert(k, v.into_bytes());
         }
         ConfigPayload::Secret { data }
+    }
+
+    fn payload_bytes(&self) -> usize {
+        pairs_bytes(self.data.as_ref(), |v| v.0.len())
+            + pairs_bytes(self.string_data.as_ref(), String::len)
     }
 }

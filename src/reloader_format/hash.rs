@@ -49,6 +49,32 @@ impl ConfigPayload {
     }
 }
 
+impl ConfigPayload {
+    /// The bytes of its keys and values (what it holds in memory, less the maps' overhead).
+    pub fn bytes(&self) -> usize {
+        let pairs = |k: &String, v: &[u8]| k.len() + v.len();
+        match self {
+            ConfigPayload::ConfigMap { data, binary_data } => {
+                data.iter()
+                    .map(|(k, v)| pairs(k, v.as_bytes()))
+                    .sum::<usize>()
+                    + binary_data.iter().map(|(k, v)| pairs(k, v)).sum::<usize>()
+            }
+            ConfigPayload::Secret { data } => data.iter().map(|(k, v)| pairs(k, v)).sum(),
+            ConfigPayload::SecretProviderClass {
+                class_name,
+                objects,
+            } => {
+                class_name.len()
+                    + objects
+                        .iter()
+                        .map(|(i, v)| i.len() + v.len())
+                        .sum::<usize>()
+            }
+        }
+    }
+}
+
 // Hand-written so that a payload can never reach a log line through `{:?}`.
 impl fmt::Debug for ConfigPayload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

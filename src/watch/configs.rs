@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::config::PreciseKeys;
-use crate::digest::{ConfigSource, DigestPoolClosed};
+use crate::digest::{ConfigSource, DigestPoolClosed, Reservation};
 use crate::engine::Phase;
 use crate::handover::acted::ActedTracker;
 use crate::index::{ConfigState, ConfigWaves};
@@ -85,11 +85,20 @@ where
     let decode: Decode<K> = Arc::new(K::from_protobuf);
     let reduced = ctx
         .wire_streams(K::KIND.as_str(), apis, config, Some(decode))
-        .map(|(i, event)| {
+        // The next event is taken once its payload fits the pool's byte budget: the configs
+        // held decoded while they wait for a worker count too.
+        .then(|(i, event)| {
             let ctx = ctx.clone();
             async move {
-                let event = map_event(event, |obj, deleted| ctx.reduce::<K>(obj, deleted)).await;
-                (i, event)
+                let reserved = ctx.reserve_for(&event).await;
+                (i, event, reserved)
+            }
+        })
+        .map(|(i, event, reserved)| {
+            let ctx = ctx.clone();
+            async move {
+                let reduce = |obj, deleted| ctx.reduce::<K>(obj, deleted, reserved);
+                (i, map_event(event, reduce).await)
             }
         })
         .buffered(workers)
@@ -244,9 +253,27 @@ impl WatchContext {
         crate::reload_policy::config_flag(annotations, key)
     }
 
-    /// Reduces one config object to its key and state (hashed on the digest pool); a deleted
-    /// one to its key only.
-    async fn reduce<K: ConfigSource>(&self, obj: K, deleted: bool) -> Reduced {
+    /// The pool's byte budget for the payload of an applied config (`None`: nothing to hash).
+    async fn reserve_for<K: ConfigSource>(
+        &self,
+        event: &Result<watcher::Event<K>, watcher::Error>,
+    ) -> Option<Reservation> {
+        match event {
+            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                self.pool.reserve(obj.payload_bytes()).await.ok()
+            }
+            _ => None,
+        }
+    }
+
+    /// Reduces one config object to its key and state (hashed on the digest pool, within
+    /// `reserved` when given); a deleted one to its key only.
+    async fn reduce<K: ConfigSource>(
+        &self,
+        obj: K,
+        deleted: bool,
+        reserved: Option<Reservation>,
+    ) -> Reduced {
         let version = crate::index::resource_version(obj.meta());
         let Some(ns) = obj.namespace() else {
             return Reduced {
@@ -271,7 +298,7 @@ impl WatchContext {
             };
         }
         let key = ConfigKey::interned(K::KIND, &ns, &obj.name_any());
-        let state = match self.config_state(obj).await {
+        let state = match self.config_state_within(obj, reserved).await {
             Ok(state) => Some(state),
             Err(e) => {
                 warn!(config = %key, error = %e, "config not hashed");
@@ -285,16 +312,27 @@ impl WatchContext {
         }
     }
 
-    /// How many configs are hashed at once: two per pool worker keeps every worker busy (the
-    /// flag's 0 means a pool sized to the machine, so ask the pool).
+    /// How many configs a watch or a list hands to the pool at once: enough that a worker
+    /// finds the next one queued when it is done with one (the pool bounds their bytes).
+    /// Two per worker kept the queue empty most of the time, and each config then cost a
+    /// wake-up of the worker and one of the runtime.
     pub(super) fn hashes_in_flight(&self) -> usize {
-        self.pool.workers() * 2
+        self.pool.workers() * HASHES_IN_FLIGHT_PER_WORKER
     }
 
     /// The index state of one config object: digest (on the pool) and annotation flags.
     pub(super) async fn config_state<K: ConfigSource>(
         &self,
         obj: K,
+    ) -> Result<ConfigState, DigestPoolClosed> {
+        self.config_state_within(obj, None).await
+    }
+
+    /// [`Self::config_state`], its payload's bytes `reserved` on the pool already, when given.
+    async fn config_state_within<K: ConfigSource>(
+        &self,
+        obj: K,
+        reserved: Option<Reservation>,
     ) -> Result<ConfigState, DigestPoolClosed> {
         let annotations = obj.annotations();
         let ignore = self.flag(annotations, &self.settings.keys.ignore);
@@ -309,7 +347,11 @@ impl WatchContext {
         };
         let resource_version = crate::index::resource_version(obj.meta());
         let keyed = self.settings.precise_keys != PreciseKeys::Off;
-        let (digest, keys) = self.pool.digest_keyed(obj.into_payload(), keyed).await?;
+        let payload = obj.into_payload();
+        let (digest, keys) = match reserved {
+            Some(reserved) => self.pool.digest_reserved(payload, keyed, reserved).await?,
+            None => self.pool.digest_keyed(payload, keyed).await?,
+        };
         Ok(ConfigState {
             digest,
             keys,
@@ -354,6 +396,9 @@ impl WatchContext {
         Some((key, state))
     }
 }
+
+/// See [`WatchContext::hashes_in_flight`].
+const HASHES_IN_FLIGHT_PER_WORKER: usize = 32;
 
 /// Namespace and name of one SecretProviderClassPodStatus.
 type PodStatusId = (String, String);
