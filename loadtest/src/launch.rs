@@ -329,15 +329,10 @@ fn controller_credentials(args: &Args, kubeconfig: &Path) -> PathBuf {
     }
 }
 
-/// `n` distinct free ports (the listeners are held until all are chosen).
+/// `n` distinct free ports, below the ephemeral range: a replica a scale fault starts binds
+/// its port minutes after it was chosen.
 fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    Ok((0..n).map(|_| apiproxy::ports::free_port()).collect())
 }
 
 /// `template` with every `{name}` of `vars` replaced.

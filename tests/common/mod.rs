@@ -4,11 +4,9 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -228,35 +226,7 @@ fn panic_message(e: tokio::task::JoinError) -> String {
     }
 }
 
-/// A loopback port nothing listens on, taken from below the kernel's ephemeral range. A port
-/// from `bind(":0")` is an ephemeral one, which any process's outgoing connection (the
-/// controller's own API connections included) may take between this call and the controller's
-/// bind: the admin endpoint then fails with "Address already in use". Each call in a test binary
-/// gets a new port (a counter, offset by the process id so that two binaries rarely start at
-/// the same place).
-pub fn free_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    const LOWEST: u32 = 10_000;
-    let below = ephemeral_range_start().max(LOWEST + 1_000);
-    let span = below - LOWEST;
-    let offset = std::process::id().wrapping_mul(97) % span;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < span, "no free loopback port in {LOWEST}..{below}");
-        let port = u16::try_from(LOWEST + (offset + n) % span).expect("below 65536");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// The first port of the kernel's ephemeral range (`ip_local_port_range`; 32768 if unreadable).
-fn ephemeral_range_start() -> u32 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
-}
+pub use apiproxy::ports::free_port;
 
 /// The controller under test, as a real process against the local control plane.
 pub struct Controller {

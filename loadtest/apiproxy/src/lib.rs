@@ -6,6 +6,7 @@
 mod call;
 mod forward;
 mod framing;
+pub mod ports;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
