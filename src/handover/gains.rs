@@ -121,8 +121,8 @@ pub trait Watches: Send + Sync + 'static {
     fn backfill_list_failed(&self, resource: &'static str);
     /// A catch-up of one config kind ran: how it went and how many configs it found changed.
     fn caught_up(&self, result: &'static str, changed: usize);
-    /// How many listed objects are taken in at once: as many as the watches keep in flight, so
-    /// a handover hashes as fast as a start-up does.
+    /// How many listed objects are taken in at once: several, so a handover does not hash one
+    /// by one, and fewer than a watch, so the live watches beside it are not kept waiting.
     fn in_flight(&self) -> usize;
     /// One stage of indexing gained namespaces took `took` (metric).
     fn backfill_stage(&self, stage: BackfillStage, took: Duration);

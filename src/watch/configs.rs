@@ -320,6 +320,14 @@ impl WatchContext {
         self.pool.workers() * HASHES_IN_FLIGHT_PER_WORKER
     }
 
+    /// How many listed objects a backfill or a catch-up takes in at once. Fewer than a watch
+    /// hands the pool: these run beside the live watches on the same runtime threads, and
+    /// each poll of their one task walks every object in flight, so a wide one keeps a live
+    /// change waiting longer.
+    pub(super) fn handover_in_flight(&self) -> usize {
+        self.pool.workers() * HANDOVER_IN_FLIGHT_PER_WORKER
+    }
+
     /// The index state of one config object: digest (on the pool) and annotation flags.
     pub(super) async fn config_state<K: ConfigSource>(
         &self,
@@ -399,6 +407,10 @@ impl WatchContext {
 
 /// See [`WatchContext::hashes_in_flight`].
 const HASHES_IN_FLIGHT_PER_WORKER: usize = 32;
+
+/// See [`WatchContext::handover_in_flight`]; the width every in-flight figure had before the
+/// watches' was raised to 32.
+const HANDOVER_IN_FLIGHT_PER_WORKER: usize = 2;
 
 /// Namespace and name of one SecretProviderClassPodStatus.
 type PodStatusId = (String, String);

@@ -83,7 +83,7 @@ impl Watches for WatchContext {
     }
 
     fn in_flight(&self) -> usize {
-        self.hashes_in_flight()
+        self.handover_in_flight()
     }
 
     fn backfill_stage(&self, stage: BackfillStage, took: Duration) {
