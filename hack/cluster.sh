@@ -266,19 +266,8 @@ current-context: kube-reloader
 EOF
 }
 
-# free_ports N: N distinct free loopback TCP ports (all sockets are held open
-# until every port is chosen, so they cannot collide with each other).
-free_ports() {
-    python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
+# free_ports N: distinct loopback ports below the ephemeral range.
+. "$HACK_DIR/lib/free-ports.sh"
 
 # --- start-up ------------------------------------------------------------------
 

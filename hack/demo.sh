@@ -21,7 +21,8 @@ k create namespace "$NS" >/dev/null
 k -n "$NS" apply -f "$ROOT/deployments/examples/demo.yaml"
 
 LOG=$CACHE/demo-kube-reloader.log
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. "$ROOT/hack/lib/free-ports.sh"
+PORT=$(free_ports 1)
 say "Starting kube-reloader --namespaces=$NS (log: $LOG)"
 "$RELOADER" --namespaces="$NS" --metrics-addr="127.0.0.1:$PORT" >"$LOG" 2>&1 &
 PID=$!

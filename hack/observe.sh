@@ -19,7 +19,7 @@ NS=kube-reloader-observe
 
 log() { printf '[observe] %s\n' "$*" >&2; }
 die() { printf '[observe] ERROR: %s\n' "$*" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$ROOT/hack/lib/free-ports.sh"
 
 # wait_http URL NAME PID: until URL answers 2xx; fails with the process' log if it exits.
 wait_http() {
@@ -73,7 +73,7 @@ up() {
     reloader=${CARGO_TARGET_DIR:-$ROOT/target}/debug/kube-reloader
 
     local metrics otlp query query_grpc prom
-    metrics=$(free_port) otlp=$(free_port) query=$(free_port) query_grpc=$(free_port) prom=$(free_port)
+    read -r metrics otlp query query_grpc prom < <(free_ports 5)
 
     JAEGER_OTLP_HTTP_PORT=$otlp JAEGER_QUERY_PORT=$query JAEGER_QUERY_GRPC_PORT=$query_grpc \
         start jaeger "$tools/jaeger" --config "$ROOT/hack/observe/jaeger.yaml"

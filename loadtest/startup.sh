@@ -19,11 +19,11 @@ ROUNDS=${ROUNDS:-3}
 cd "$ROOT"
 KUBECONFIG=$(make -s --no-print-directory kubeconfig | tail -n1)
 export KUBECONFIG
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$ROOT/hack/lib/free-ports.sh"
 
 one_start() { # binary flags -> "ready_s cpu_s hwm_mib received_mib"
     local bin=$1 flags=$2 metrics health pid start ready
-    metrics=$(port) health=$(port)
+    read -r metrics health < <(free_ports 2)
     start=$(date +%s.%N)
     # shellcheck disable=SC2086 # the variant's flags are split on purpose
     "$bin" --namespace-selector="kube-reloader-loadtest=$run_id" $flags \
