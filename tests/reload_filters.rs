@@ -97,16 +97,43 @@ async fn set_namespace_label(ns: &TestNamespace, key: &str, value: Option<&str>)
         .unwrap_or_else(|e| panic!("labelling namespace {}: {e}", ns.name));
 }
 
-#[tokio::test]
-async fn namespace_selector_follows_namespace_labels() {
-    let key = "kube-reloader-test/selected";
-    let token = unique_token("sel");
-    let a = TestNamespace::with_labels("flt-sel-a", json!({ key: token })).await;
-    let b = TestNamespace::new("flt-sel-b").await;
-    for ns in [&a, &b] {
+/// Two namespaces set up as `auto_setup` does, `selected` labelled `key=token` and
+/// `unselected` not, and a controller on `--namespace-selector=key=token`.
+struct Selection {
+    key: &'static str,
+    token: String,
+    selected: TestNamespace,
+    unselected: TestNamespace,
+    controller: Controller,
+}
+
+async fn selected_and_not(prefix: &str, key: &'static str) -> Selection {
+    let token = unique_token(prefix);
+    let selected =
+        TestNamespace::with_labels(&format!("flt-{prefix}-a"), json!({ key: token })).await;
+    let unselected = TestNamespace::new(&format!("flt-{prefix}-b")).await;
+    for ns in [&selected, &unselected] {
         auto_setup(ns, json!({})).await;
     }
-    let _controller = Controller::start(&[&format!("--namespace-selector={key}={token}")]).await;
+    let controller = Controller::start(&[&format!("--namespace-selector={key}={token}")]).await;
+    Selection {
+        key,
+        token,
+        selected,
+        unselected,
+        controller,
+    }
+}
+
+#[tokio::test]
+async fn namespace_selector_follows_namespace_labels() {
+    let Selection {
+        key,
+        token,
+        selected: a,
+        unselected: b,
+        controller: _controller,
+    } = selected_and_not("sel", "kube-reloader-test/selected").await;
 
     // One cluster-wide ConfigMap watch: events arrive in the order they were made.
     change_cfg(&b, "v2").await;
@@ -139,14 +166,13 @@ async fn namespace_selector_follows_namespace_labels() {
 /// namespace's list reads the changed config. Its list at the label's resourceVersion tells.
 #[tokio::test]
 async fn a_config_changed_as_its_namespace_enters_the_selection_rolls() {
-    let key = "kube-reloader-test/entering";
-    let token = unique_token("ent");
-    let a = TestNamespace::with_labels("flt-ent-a", json!({ key: token })).await;
-    let b = TestNamespace::new("flt-ent-b").await;
-    for ns in [&a, &b] {
-        auto_setup(ns, json!({})).await;
-    }
-    let controller = Controller::start(&[&format!("--namespace-selector={key}={token}")]).await;
+    let Selection {
+        key,
+        token,
+        selected: a,
+        unselected: b,
+        controller,
+    } = selected_and_not("ent", "kube-reloader-test/entering").await;
     change_cfg(&a, "v2").await;
     wait_cfg_reloaded(&a, "v2").await;
 

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use crate::model::ConfigKind;
 
-use crate::reloader_format::hash::ConfigPayload;
+use crate::reloader_format::hash::{ConfigPayload, pairs_bytes};
 
 /// A watched config object, split into identity, annotations and payload.
 pub trait ConfigSource:
@@ -19,11 +19,6 @@ pub trait ConfigSource:
     fn into_payload(self) -> ConfigPayload;
     /// The bytes of the payload [`Self::into_payload`] would make (keys and values).
     fn payload_bytes(&self) -> usize;
-}
-
-/// Bytes of the keys and values of an optional map, each value measured by `len`.
-fn pairs_bytes<V>(pairs: Option<&BTreeMap<String, V>>, len: impl Fn(&V) -> usize) -> usize {
-    pairs.map_or(0, |pairs| pairs.iter().map(|(k, v)| k.len() + len(v)).sum())
 }
 
 impl ConfigSource for ConfigMap {
@@ -41,8 +36,8 @@ impl ConfigSource for ConfigMap {
     }
 
     fn payload_bytes(&self) -> usize {
-        pairs_bytes(self.data.as_ref(), String::len)
-            + pairs_bytes(self.binary_data.as_ref(), |v| v.0.len())
+        pairs_bytes(self.data.iter().flatten(), String::len)
+            + pairs_bytes(self.binary_data.iter().flatten(), |v| v.0.len())
     }
 }
 
@@ -63,7 +58,7 @@ impl ConfigSource for Secret {
     }
 
     fn payload_bytes(&self) -> usize {
-        pairs_bytes(self.data.as_ref(), |v| v.0.len())
-            + pairs_bytes(self.string_data.as_ref(), String::len)
+        pairs_bytes(self.data.iter().flatten(), |v| v.0.len())
+            + pairs_bytes(self.string_data.iter().flatten(), String::len)
     }
 }

@@ -417,6 +417,10 @@ impl Intake {
 
 /// What the hand-over's backfill and catch-up put in (`handover::gains`).
 impl GainSink for Intake {
+    fn acted(&self) -> &ActedTracker {
+        Intake::acted(self)
+    }
+
     fn backfill_started(&self, namespaces: &[String]) {
         Intake::backfill_started(self, namespaces);
     }

@@ -26,7 +26,7 @@ use crate::resources::{
     CONFIG_PAGE_SIZE, api_resource, spc_pod_status_resource, workload_list_params,
 };
 
-use super::acted::ActedVersions;
+use super::acted::{ActedTracker, ActedVersions};
 use super::gains::{BackfillStage, GainSink, Listable, PageRequest, StreamedList, Watches};
 use super::listed_through::ListedThrough;
 use super::protocol::CatchUp;
@@ -47,14 +47,7 @@ impl<'a, W: Watches> Indexing<'a, W> {
     /// checking the selector at each config event, rolls a change made between the label and
     /// this replica's list; the list alone reads it as the state the namespace entered with.
     pub async fn namespace_entered(&self, namespace: &str, selected_at: u64) {
-        let catch_up = (selected_at > 0).then(|| CatchUp {
-            since: [ConfigKind::ConfigMap, ConfigKind::Secret]
-                .into_iter()
-                .map(|kind| (kind, selected_at))
-                .collect(),
-            // Nothing to hold: this replica never acted on the namespace before.
-            held: Vec::new(),
-        });
+        let catch_up = entry_catch_up(self.watches.sink().acted(), selected_at);
         self.namespaces_entered(&[namespace.to_string()], catch_up.as_ref())
             .await;
     }
@@ -591,5 +584,46 @@ impl std::fmt::Display for ListTarget {
             Self::All => f.write_str("all namespaces"),
             Self::Ranges(_) => f.write_str("the gained hash ranges"),
         }
+    }
+}
+
+/// The catch-up of a namespace entering the selection at `selected_at` (0: unknown, none). It
+/// holds this replica's acted version at the label until what it finds is queued: the config
+/// watch may already have passed changes made there after the label (dropped, the namespace not
+/// selected yet), and a successor taking the namespace over after a crash meanwhile catches up
+/// from the published version, which must not be past them.
+fn entry_catch_up(acted: &ActedTracker, selected_at: u64) -> Option<CatchUp> {
+    (selected_at > 0).then(|| {
+        let since: ActedVersions = [ConfigKind::ConfigMap, ConfigKind::Secret]
+            .into_iter()
+            .map(|kind| (kind, selected_at))
+            .collect();
+        let held = acted.hold_at(&since);
+        CatchUp { since, held }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_holds_the_acted_version_at_the_label_until_its_catch_up_ends() {
+        let acted = ActedTracker::default();
+        acted.processed(ConfigKind::ConfigMap, 100);
+        let catch_up = entry_catch_up(&acted, 150).expect("a selecting event's version");
+        // The config watch delivers changes past the label meanwhile.
+        acted.processed(ConfigKind::ConfigMap, 400);
+        acted.processed(ConfigKind::Secret, 500);
+        assert_eq!(acted.acted().get(ConfigKind::ConfigMap), Some(150));
+        assert_eq!(acted.acted().get(ConfigKind::Secret), Some(150));
+        drop(catch_up);
+        assert_eq!(acted.acted().get(ConfigKind::ConfigMap), Some(400));
+        assert_eq!(acted.acted().get(ConfigKind::Secret), Some(500));
+    }
+
+    #[test]
+    fn an_entry_of_unknown_version_catches_nothing_up() {
+        assert!(entry_catch_up(&ActedTracker::default(), 0).is_none());
     }
 }

@@ -20,6 +20,8 @@ use crate::model::{ConfigKey, ConfigKind, WorkloadKind};
 use crate::protobuf::Decode;
 use crate::shard::Ownership;
 
+use super::acted::ActedTracker;
+
 /// One page of a LIST: its objects, and the token of the next page (`None`: the last).
 pub struct ListedPage<K> {
     pub items: Vec<K>,
@@ -73,6 +75,8 @@ pub trait GainSink: Send + Sync + 'static {
     fn missed_change(&self, key: &ConfigKey, before: Option<&ConfigState>) -> usize;
     /// A namespace moved to another replica.
     fn namespace_moved_away(self: &Arc<Self>, namespace: &str);
+    /// How far this replica has acted (what it publishes for a successor to catch up from).
+    fn acted(&self) -> &ActedTracker;
 }
 
 /// What the backfill needs from the watches: the client and settings they list with, what they

@@ -52,27 +52,27 @@ impl ConfigPayload {
 impl ConfigPayload {
     /// The bytes of its keys and values (what it holds in memory, less the maps' overhead).
     pub fn bytes(&self) -> usize {
-        let pairs = |k: &String, v: &[u8]| k.len() + v.len();
         match self {
             ConfigPayload::ConfigMap { data, binary_data } => {
-                data.iter()
-                    .map(|(k, v)| pairs(k, v.as_bytes()))
-                    .sum::<usize>()
-                    + binary_data.iter().map(|(k, v)| pairs(k, v)).sum::<usize>()
+                pairs_bytes(data, String::len) + pairs_bytes(binary_data, Vec::len)
             }
-            ConfigPayload::Secret { data } => data.iter().map(|(k, v)| pairs(k, v)).sum(),
+            ConfigPayload::Secret { data } => pairs_bytes(data, Vec::len),
             ConfigPayload::SecretProviderClass {
                 class_name,
                 objects,
-            } => {
-                class_name.len()
-                    + objects
-                        .iter()
-                        .map(|(i, v)| i.len() + v.len())
-                        .sum::<usize>()
-            }
+            } => class_name.len() + pairs_bytes(objects.iter().map(|(i, v)| (i, v)), String::len),
         }
     }
+}
+
+/// Bytes of the keys and values of key-value pairs, each value measured by `len`: what a
+/// payload holds, counted the same way before the object becomes one
+/// (`ConfigSource::payload_bytes`) and after.
+pub fn pairs_bytes<'a, V: 'a>(
+    pairs: impl IntoIterator<Item = (&'a String, &'a V)>,
+    len: impl Fn(&V) -> usize,
+) -> usize {
+    pairs.into_iter().map(|(k, v)| k.len() + len(v)).sum()
 }
 
 // Hand-written so that a payload can never reach a log line through `{:?}`.
