@@ -598,8 +598,7 @@ fn entry_catch_up(acted: &ActedTracker, selected_at: u64) -> Option<CatchUp> {
             .into_iter()
             .map(|kind| (kind, selected_at))
             .collect();
-        let held = acted.hold_at(&since);
-        CatchUp { since, held }
+        CatchUp::holding(acted, since)
     })
 }
 

@@ -68,20 +68,19 @@ impl Handover {
             // before a restart, which `restarted_from` read).
             let since = catch_up_since(&[step.next], step.me, &acted)?;
             info!(since = %since.to_annotation(), "catching up from what the other members had acted on");
-            let held = self.acted.hold_at(&since);
+            let gained = CatchUp::holding(&self.acted, since);
             let mut inherited = self.inherited.lock().expect("inherited lock");
             match inherited.as_mut() {
                 Some(own) => {
-                    own.since.min_with(&since);
-                    own.held.extend(held);
+                    own.since.min_with(&gained.since);
+                    own.held.extend(gained.held);
                 }
-                None => *inherited = Some(CatchUp { since, held }),
+                None => *inherited = Some(gained),
             }
             return None;
         }
         let since = catch_up_since(&before, step.me, &acted)?;
-        let held = self.acted.hold_at(&since);
-        Some(CatchUp { since, held })
+        Some(CatchUp::holding(&self.acted, since))
     }
 }
 
@@ -100,8 +99,8 @@ impl OwnershipListener for Handover {
             return;
         }
         info!(since = %since.to_annotation(), "catching up from what this replica had acted on before it restarted");
-        let held = self.acted.hold_at(&since);
-        *self.inherited.lock().expect("inherited lock") = Some(CatchUp { since, held });
+        *self.inherited.lock().expect("inherited lock") =
+            Some(CatchUp::holding(&self.acted, since));
     }
 
     fn installed(&self, step: Installed<'_>) {

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::shard::lease::Member;
 use crate::shard::{Assignment, ShardView};
 
-use super::acted::{ActedGuard, ActedVersions};
+use super::acted::{ActedGuard, ActedTracker, ActedVersions};
 
 /// Namespaces this replica must start or stop indexing, for an assignment generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,6 +39,14 @@ impl OwnershipChange {
 pub struct CatchUp {
     pub since: ActedVersions,
     pub held: Vec<ActedGuard>,
+}
+
+impl CatchUp {
+    /// A catch-up from `since`, holding `acted` at or below it until the catch-up is dropped.
+    pub fn holding(acted: &ActedTracker, since: ActedVersions) -> Self {
+        let held = acted.hold_at(&since);
+        Self { since, held }
+    }
 }
 
 impl PartialEq for CatchUp {
