@@ -48,6 +48,11 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// termination grace period is 30 s: hand-over plus drain fit in it).
 const HANDOVER_DEADLINE: Duration = Duration::from_secs(15);
 
+/// The most writes in flight while the API server answers slowly (32 at rest): 4 x the floor
+/// carries the default 50 writes a second at up to 2.5 s a write. Each is an HTTP/1.1
+/// connection (kube-client speaks no HTTP/2), so the ceiling bounds the connections too.
+const MAX_WRITES_IN_FLIGHT: usize = 128;
+
 fn queue_settings(settings: &Settings) -> QueueSettings {
     QueueSettings {
         min_reload_interval: settings.min_reload_interval,
@@ -58,6 +63,7 @@ fn queue_settings(settings: &Settings) -> QueueSettings {
         burst: settings.patch_burst.try_into().expect("validated non-zero"),
         per_tenant_rate: settings.per_tenant_rate,
         backoff_cap: settings.max_retry_backoff,
+        max_concurrency: Some(MAX_WRITES_IN_FLIGHT),
         ..QueueSettings::default()
     }
 }
@@ -295,6 +301,7 @@ fn build_pipeline(
     let events = EventSink::new(client.clone(), started.pod_name.clone())
         .core_events(started.access.uses(Fallback::CoreEvents))
         .gated(ownership.clone(), limiter.clone())
+        .counting_drops(started.metrics.events_dropped())
         .muted(shadowing);
     let pauses = PauseKeeper::new(
         client.clone(),

@@ -1,11 +1,14 @@
 //! Kubernetes Events on workloads, with Reloader's reasons and message texts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use tracing::{debug, warn};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::Semaphore;
+use tracing::{Instrument, Span, debug, warn};
 
 use crate::model::{ConfigKey, WorkloadKey};
 use crate::shard::Ownership;
@@ -25,6 +28,34 @@ pub struct EventSink {
     core: bool,
     /// Shadow mode: publish nothing.
     muted: bool,
+    backlog: Backlog,
+}
+
+/// `Reloaded` Events queued or being sent at most; more are dropped and counted (client-go's
+/// event broadcaster keeps 1,000 too).
+const BACKLOG: usize = 1_000;
+/// `Reloaded` Events sent at once (each an HTTP/1.1 connection while the API server is slow).
+const SENDING: usize = 8;
+
+/// A reload's `Reloaded` Event goes out after the write, off its write slot: a slot held for
+/// the Event's round trip as well as the GET and the PATCH carried a third fewer writes when
+/// every response was late (`super::width`). Bounded, so a slow API server costs dropped
+/// Events (counted in `events_dropped_total`, logged), never memory or connections.
+#[derive(Clone)]
+struct Backlog {
+    queued: Arc<Semaphore>,
+    sending: Arc<Semaphore>,
+    dropped: Counter,
+}
+
+impl Default for Backlog {
+    fn default() -> Self {
+        Self {
+            queued: Arc::new(Semaphore::new(BACKLOG)),
+            sending: Arc::new(Semaphore::new(SENDING)),
+            dropped: Counter::default(),
+        }
+    }
 }
 
 /// Events are writes too: only the replica that owns the namespace and may write (not fenced)
@@ -79,7 +110,21 @@ impl EventSink {
             gate: None,
             core: false,
             muted: false,
+            backlog: Backlog::default(),
         }
+    }
+
+    /// Counts the `Reloaded` Events dropped because too many were waiting in `dropped`.
+    pub fn counting_drops(mut self, dropped: Counter) -> Self {
+        self.backlog.dropped = dropped;
+        self
+    }
+
+    /// Waits until the `Reloaded` Events queued are sent, or `deadline` passes (shutdown).
+    pub async fn flush(&self, deadline: Duration) -> bool {
+        let all = u32::try_from(BACKLOG).expect("small");
+        let queued = self.backlog.queued.acquire_many(all);
+        matches!(tokio::time::timeout(deadline, queued).await, Ok(Ok(_)))
     }
 
     /// `true` (shadow mode): every Event is dropped (logged at debug).
@@ -100,6 +145,25 @@ impl EventSink {
         }
     }
 
+    /// Whether this replica may publish an Event on `reference` now (not muted, and with a
+    /// gate: the namespace owned and writes allowed).
+    fn admitted(&self, reference: &ObjectReference, reason: &str) -> bool {
+        if self.muted {
+            debug!(reason, "event not published: shadow mode");
+            return false;
+        }
+        let Some(gate) = &self.gate else { return true };
+        let namespace = reference.namespace.as_deref().unwrap_or_default();
+        let admitted = gate.ownership.owns(namespace) && gate.ownership.may_write();
+        if !admitted {
+            debug!(
+                namespace,
+                reason, "event not published: namespace not owned or writes fenced"
+            );
+        }
+        admitted
+    }
+
     async fn publish(
         &self,
         reference: &ObjectReference,
@@ -108,23 +172,22 @@ impl EventSink {
         note: String,
         needs_turn: bool,
     ) {
-        if self.muted {
-            debug!(reason, "event not published: shadow mode");
+        if !self.admitted(reference, reason) {
             return;
         }
-        if let Some(gate) = &self.gate {
-            let namespace = reference.namespace.as_deref().unwrap_or_default();
-            if !gate.ownership.owns(namespace) || !gate.ownership.may_write() {
-                debug!(
-                    namespace,
-                    reason, "event not published: namespace not owned or writes fenced"
-                );
-                return;
-            }
-            if needs_turn {
-                gate.limiter.until_ready(TurnPriority::Notice).await;
-            }
+        if let (Some(gate), true) = (&self.gate, needs_turn) {
+            gate.limiter.until_ready(TurnPriority::Notice).await;
         }
+        self.send(reference, type_, reason, note).await;
+    }
+
+    async fn send(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         // Event notes are limited to 1 kB by the API server.
         let mut note = note;
         if note.len() > 1000 {
@@ -193,10 +256,32 @@ impl EventSink {
         api.create(&Default::default(), &object).await.map(drop)
     }
 
-    /// Published within the reload's own limiter turn (see [`EventGate`]).
-    pub async fn reloaded(&self, reference: &ObjectReference, note: String) {
-        self.publish(reference, EventType::Normal, "Reloaded", note, false)
-            .await;
+    /// Sent in the background ([`Backlog`]), within the reload's own limiter turn (see
+    /// [`EventGate`]); admitted now, while the write that it reports is known to be this
+    /// replica's.
+    pub fn reloaded(&self, reference: &ObjectReference, note: String) {
+        const REASON: &str = "Reloaded";
+        if !self.admitted(reference, REASON) {
+            return;
+        }
+        let Ok(queued) = self.backlog.queued.clone().try_acquire_owned() else {
+            self.backlog.dropped.inc();
+            warn!(
+                object = reference.name.as_deref().unwrap_or_default(),
+                namespace = reference.namespace.as_deref().unwrap_or_default(),
+                backlog = BACKLOG,
+                "Reloaded event dropped: too many waiting to be sent"
+            );
+            return;
+        };
+        let sink = self.clone();
+        let reference = reference.clone();
+        let sending = async move {
+            let _queued = queued;
+            let _sending = sink.backlog.sending.acquire().await;
+            sink.send(&reference, EventType::Normal, REASON, note).await;
+        };
+        tokio::spawn(sending.instrument(Span::current()));
     }
 
     pub async fn reload_failed(&self, reference: &ObjectReference, note: String) {
@@ -252,6 +337,59 @@ impl EventSink {
 mod tests {
     use super::*;
     use crate::model::{ConfigKind, WorkloadKind};
+
+    fn sink_to(address: std::net::SocketAddr, dropped: &Counter) -> EventSink {
+        let url = format!("http://{address}").parse().unwrap();
+        let client = Client::try_from(kube::Config::new(url)).unwrap();
+        EventSink::new(client, None).counting_drops(dropped.clone())
+    }
+
+    fn web() -> ObjectReference {
+        ObjectReference {
+            namespace: Some("ns".into()),
+            name: Some("web".into()),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn reloaded_events_wait_in_a_bounded_backlog_and_the_excess_is_counted() {
+        // An API server that takes connections and never answers: every send hangs.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let _silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = listener.accept().await {
+                held.push(connection);
+            }
+        });
+        let dropped = Counter::default();
+        let sink = sink_to(address, &dropped);
+        for _ in 0..BACKLOG + 3 {
+            sink.reloaded(&web(), "note".into());
+        }
+        assert_eq!(dropped.get(), 3);
+        assert!(
+            !sink.flush(Duration::from_millis(200)).await,
+            "1,000 Events are still waiting"
+        );
+    }
+
+    #[tokio::test]
+    async fn flush_returns_once_the_backlog_is_sent_or_given_up() {
+        // Nothing listens: each send fails at once (and is logged), which ends it too.
+        let address = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let dropped = Counter::default();
+        let sink = sink_to(address, &dropped);
+        for _ in 0..20 {
+            sink.reloaded(&web(), "note".into());
+        }
+        assert!(sink.flush(Duration::from_secs(10)).await);
+        assert_eq!(dropped.get(), 0);
+    }
 
     #[test]
     fn messages_match_reloader() {

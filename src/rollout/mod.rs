@@ -11,6 +11,7 @@ mod queue;
 mod scheduler;
 mod tenants;
 pub mod wave_runner;
+mod width;
 mod writer;
 
 pub use self::writer::{KubeWriter, ViewCheck};

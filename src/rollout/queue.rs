@@ -29,6 +29,7 @@ use super::scheduler::{
     WorkloadQueueState, default_jitter,
 };
 use super::tenants::Tenants;
+use super::width::Widening;
 use crate::reloader_format::template::TemplateChange;
 
 /// A change waiting for its workload's write, with where it came from.
@@ -151,6 +152,11 @@ pub trait WorkloadWriter: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// Waits, up to `deadline`, for what the writes finished left to send (their Events).
+    fn flush(&self, _deadline: Duration) -> impl Future<Output = bool> + Send {
+        async { true }
+    }
 }
 
 /// The rate limiter's turn for one write attempt.
@@ -239,6 +245,9 @@ pub struct QueueSettings {
     pub burst: NonZeroU32,
     /// Writes in flight at once (each waits on the API server, not on the CPU).
     pub concurrency: usize,
+    /// With `Some(max)`, up to `max` in flight while writes are slow, sized for `max_per_second`
+    /// (`super::width`); `None`: `concurrency`, fixed.
+    pub max_concurrency: Option<usize>,
     pub max_conflict_retries: u32,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
@@ -256,6 +265,7 @@ impl Default for QueueSettings {
             max_per_second: NonZeroU32::new(50).expect("non-zero"),
             burst: NonZeroU32::new(100).expect("non-zero"),
             concurrency: scheduler.concurrency,
+            max_concurrency: None,
             max_conflict_retries: 8,
             backoff_base: scheduler.backoff_base,
             backoff_cap: scheduler.backoff_cap,
@@ -269,6 +279,10 @@ impl QueueSettings {
     fn scheduler(&self) -> SchedulerSettings {
         SchedulerSettings {
             concurrency: self.concurrency,
+            widening: self.max_concurrency.map(|max| Widening {
+                max,
+                writes_per_second: f64::from(self.max_per_second.get()),
+            }),
             min_reload_interval: self.min_reload_interval,
             backoff_base: self.backoff_base,
             backoff_cap: self.backoff_cap,
@@ -396,16 +410,18 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
         &self.inner.tenants
     }
 
-    /// Waits until nothing is pending or in flight, or `deadline` passes (shutdown drain).
+    /// Waits until nothing is pending or in flight and the writer has sent what they left
+    /// (their Events), or `deadline` passes (shutdown drain).
     pub async fn drain(&self, deadline: Duration) -> bool {
         let until = tokio::time::Instant::now() + deadline;
-        while tokio::time::Instant::now() < until {
-            if self.depth() == 0 {
-                return true;
+        while self.depth() > 0 {
+            if tokio::time::Instant::now() >= until {
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.depth() == 0
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        self.inner.writer.flush(left).await
     }
 }
 
@@ -594,9 +610,17 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
     let mut conflicts = 0u32;
     loop {
         let turn = WriteTurn::new(&inner.limiter, priority);
+        let started = tokio::time::Instant::now();
         let result = inner.writer.write(key, changes, &turn).await;
-        if let Some(waited) = turn.waited() {
+        let waited = turn.waited().unwrap_or_default();
+        if turn.waited().is_some() {
             inner.observer.limiter_wait(waited);
+        }
+        // A write held before any request (a hand-over, a fence) says nothing of the round trips.
+        if !matches!(result, Err(WriteError::NotYet(_))) {
+            let took = started.elapsed().saturating_sub(waited);
+            let mut scheduler = inner.scheduler.lock().expect("queue lock");
+            scheduler.observe_write_time(took);
         }
         match result {
             Err(error @ WriteError::Conflict(_))

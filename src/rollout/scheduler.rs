@@ -9,9 +9,10 @@
 //! - **Priorities**: live changes go before background work (start-up reconciliation and
 //!   retries of failing writes), and background work holds at most half the slots; fairness
 //!   holds within a priority.
-//! - **At most one write per workload in flight**, at most `concurrency` in flight overall, at
-//!   most one reload per workload per `min_reload_interval`, and optionally at most
-//!   `per_tenant_rate` writes per second per tenant.
+//! - **At most one write per workload in flight**, at most `concurrency` in flight overall (more
+//!   while writes are slow, with `widening`: [`super::width`]), at most half the `concurrency`
+//!   per tenant, at most one reload per workload per `min_reload_interval`, and optionally at
+//!   most `per_tenant_rate` writes per second per tenant.
 //! - **Failures never hold a slot**: a failed write is put back with capped exponential backoff
 //!   and jitter; its slot is free at once, newer changes coalesce into it meanwhile.
 
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::width::{Widening, WriteWidth};
 use crate::model::WorkloadKey;
 
 /// A pending change that a newer change of the same thing replaces.
@@ -70,8 +72,10 @@ impl Priority {
 
 #[derive(Debug, Clone)]
 pub struct SchedulerSettings {
-    /// Writes in flight at once.
+    /// Writes in flight at once (the floor, with `widening`).
     pub concurrency: usize,
+    /// More writes in flight while writes are slow ([`super::width`]); `None`: `concurrency`.
+    pub widening: Option<Widening>,
     pub min_reload_interval: Duration,
     /// First retry delay; doubled per failed attempt up to `backoff_cap`.
     pub backoff_base: Duration,
@@ -86,6 +90,7 @@ impl Default for SchedulerSettings {
     fn default() -> Self {
         Self {
             concurrency: 32,
+            widening: None,
             min_reload_interval: Duration::ZERO,
             backoff_base: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(30),
@@ -217,6 +222,8 @@ pub struct QueueStats {
     pub in_flight: usize,
     /// Workloads waiting out a backoff after a failed write.
     pub in_backoff: usize,
+    /// Writes that may be in flight now ([`super::width`]).
+    pub slots: usize,
 }
 
 /// One workload's place in the queue, for debugging (`/debug/explain`). Times are seconds from
@@ -247,6 +254,7 @@ pub struct WorkloadQueueState {
 
 pub struct Scheduler<C> {
     settings: SchedulerSettings,
+    width: WriteWidth,
     jitter: Jitter,
     entries: HashMap<WorkloadKey, Entry<C>>,
     classes: [Class; 2],
@@ -272,6 +280,7 @@ pub struct Scheduler<C> {
 impl<C: Coalesce> Scheduler<C> {
     pub fn new(settings: SchedulerSettings, jitter: Jitter) -> Self {
         Self {
+            width: WriteWidth::new(settings.concurrency, settings.widening),
             settings,
             jitter,
             entries: HashMap::new(),
@@ -341,12 +350,12 @@ impl<C: Coalesce> Scheduler<C> {
 
     /// The next write to start, if a slot is free and something is ready. Call until `None`.
     pub fn next(&mut self, now: Instant) -> Option<Dispatch<C>> {
-        if self.in_flight >= self.settings.concurrency.max(1) {
+        if self.slots_full() {
             return None;
         }
         self.fire_timers(now);
         self.throttled_until = None;
-        let background_slots = (self.settings.concurrency / 2).max(1);
+        let background_slots = self.background_slots();
         let background_busy = self.in_flight_background;
         let (key, priority) = Priority::ALL
             .into_iter()
@@ -386,11 +395,11 @@ impl<C: Coalesce> Scheduler<C> {
     /// Whether [`Self::next`] would start a write now (a slot free and a tenant with ready work;
     /// a tenant over its own rate may still make it return `None`).
     pub fn has_ready(&mut self, now: Instant) -> bool {
-        if self.in_flight >= self.settings.concurrency.max(1) {
+        if self.slots_full() {
             return false;
         }
         self.fire_timers(now);
-        let background_slots = (self.settings.concurrency / 2).max(1);
+        let background_slots = self.background_slots();
         !self.classes[Priority::Live.index()].turns.is_empty()
             || (self.in_flight_background < background_slots
                 && !self.classes[Priority::Background.index()].turns.is_empty())
@@ -399,7 +408,7 @@ impl<C: Coalesce> Scheduler<C> {
     /// When [`Self::next`] may have something new without any other call: the earliest timer or
     /// the end of a tenant's rate wait (`None` while every slot is busy: a completion comes first).
     pub fn next_wake(&self) -> Option<Instant> {
-        if self.in_flight >= self.settings.concurrency.max(1) {
+        if self.slots_full() {
             // Nothing starts before a write completes, whatever the timers say.
             return None;
         }
@@ -479,6 +488,19 @@ impl<C: Coalesce> Scheduler<C> {
         step
     }
 
+    /// A write's time in flight, without its wait for the limiter: sizes the width.
+    pub fn observe_write_time(&mut self, took: Duration) {
+        self.width.observe(took);
+    }
+
+    fn slots_full(&self) -> bool {
+        self.in_flight >= self.width.slots()
+    }
+
+    fn background_slots(&self) -> usize {
+        (self.width.slots() / 2).max(1)
+    }
+
     /// Workloads pending or in flight.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -495,6 +517,7 @@ impl<C: Coalesce> Scheduler<C> {
             tenants: self.tenant_load.len(),
             in_flight: self.in_flight,
             in_backoff: self.in_backoff,
+            slots: self.width.slots(),
         }
     }
 
@@ -606,7 +629,9 @@ impl<C: Coalesce> Scheduler<C> {
                 return None;
             }
             let tenant = class.turns.pop_front()?;
-            let tenant_slots = (self.settings.concurrency / 2).max(1);
+            // Measured against the floor: a tenant whose own writes are slow widens the width
+            // for everyone, and must not widen its own share with it.
+            let tenant_slots = (self.width.floor() / 2).max(1);
             if self.tenant_in_flight.get(&tenant).copied().unwrap_or(0) >= tenant_slots {
                 // Its turn comes back when one of its writes completes.
                 self.classes[priority.index()].turns.push_back(tenant);

@@ -208,7 +208,7 @@ impl KubeWriter {
             Step::Done(outcome) => Ok(outcome),
             Step::Written { uid, configs } => {
                 let strategy = self.settings.strategy_for(key.kind).as_str();
-                self.announce_reloaded(key, uid, &configs, strategy).await;
+                self.announce_reloaded(key, uid, &configs, strategy);
                 Ok(WriteOutcome::Reloaded)
             }
         }
@@ -253,8 +253,7 @@ impl KubeWriter {
             Restarted::Done => {
                 let configs: Vec<ConfigKey> =
                     template_changes.iter().map(|c| c.config.clone()).collect();
-                self.announce_reloaded(key, object.metadata.uid, &configs, "eviction")
-                    .await;
+                self.announce_reloaded(key, object.metadata.uid, &configs, "eviction");
                 Ok(WriteOutcome::Reloaded)
             }
         }
@@ -403,8 +402,9 @@ impl KubeWriter {
         })
     }
 
-    /// One log line and one Event per config a write reloaded for (Reloader's message).
-    async fn announce_reloaded(
+    /// One log line and one Event per config a write reloaded for (Reloader's message); the
+    /// Events go out after the write ([`EventSink::reloaded`]).
+    fn announce_reloaded(
         &self,
         key: &WorkloadKey,
         uid: Option<String>,
@@ -421,12 +421,10 @@ impl KubeWriter {
                 trace_id = trace_id.as_deref().unwrap_or_default(),
                 "reloaded"
             );
-            self.events
-                .reloaded(
-                    &reference,
-                    reloaded_message(config, key, trace_id.as_deref()),
-                )
-                .await;
+            self.events.reloaded(
+                &reference,
+                reloaded_message(config, key, trace_id.as_deref()),
+            );
         }
     }
 
@@ -712,6 +710,10 @@ impl WorkloadWriter for Arc<KubeWriter> {
                 .await;
         }
         result
+    }
+
+    async fn flush(&self, deadline: std::time::Duration) -> bool {
+        self.events.flush(deadline).await
     }
 
     async fn report_failure(&self, key: &WorkloadKey, error: &WriteError, failures: u32) {

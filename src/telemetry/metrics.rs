@@ -138,6 +138,8 @@ pub struct Metrics {
     queue_wait: Histogram,
     queue_tenants: Gauge,
     queue_in_backoff: Gauge,
+    write_slots: Gauge,
+    events_dropped: Counter,
     reload_latency: HistogramWithExemplars<TraceLabel>,
     watch_restarts: Family<ResourceLabel, Counter>,
     backfill_list_failures: Family<ResourceLabel, Counter>,
@@ -202,6 +204,8 @@ impl Metrics {
             queue_wait: Histogram::new(latency_buckets()),
             queue_tenants: Gauge::default(),
             queue_in_backoff: Gauge::default(),
+            write_slots: Gauge::default(),
+            events_dropped: Counter::default(),
             reload_latency: HistogramWithExemplars::new(latency_buckets()),
             watch_restarts: Family::default(),
             backfill_list_failures: Family::default(),
@@ -395,6 +399,16 @@ impl Metrics {
             self.queue_in_backoff.clone(),
         );
         own.register(
+            "write_slots",
+            "Writes that may be in flight at once: 32, more while the API server answers slowly.",
+            self.write_slots.clone(),
+        );
+        own.register(
+            "events_dropped",
+            "Reloaded Events dropped because 1,000 were already waiting to be sent (a slow API server).",
+            self.events_dropped.clone(),
+        );
+        own.register(
             "reload_latency_seconds",
             "End-to-end reload latency: config change observed to write acknowledged.",
             self.reload_latency.clone(),
@@ -537,6 +551,11 @@ impl Metrics {
         );
     }
 
+    /// The counter of `Reloaded` Events dropped, for the Event sink to count into.
+    pub fn events_dropped(&self) -> Counter {
+        self.events_dropped.clone()
+    }
+
     /// The fallbacks the access review turned on (set once at start).
     pub fn set_access_fallbacks(&self, fallbacks: impl IntoIterator<Item = String>) {
         for fallback in fallbacks {
@@ -676,6 +695,7 @@ impl QueueObserver for Arc<Metrics> {
         self.queue_depth.set(stats.workloads as i64);
         self.queue_tenants.set(stats.tenants as i64);
         self.queue_in_backoff.set(stats.in_backoff as i64);
+        self.write_slots.set(stats.slots as i64);
     }
 }
 

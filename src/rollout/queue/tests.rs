@@ -294,3 +294,39 @@ async fn live_changes_overtake_start_up_reconciliation() {
             .map(|k| format!("Deployment/{k}"))
     );
 }
+
+/// The most writes seen in flight while 64 writes of 2 s each (64 tenants) go out at 8 a second.
+async fn most_in_flight_with(max_concurrency: Option<usize>) -> (usize, usize) {
+    let writer = Arc::new(Recorder {
+        delay: Duration::from_secs(2),
+        ..Default::default()
+    });
+    let settings = QueueSettings {
+        concurrency: 4,
+        max_concurrency,
+        max_per_second: NonZeroU32::new(8).unwrap(),
+        burst: NonZeroU32::new(8).unwrap(),
+        ..QueueSettings::default()
+    };
+    let queue = ReloadQueue::start(writer.clone(), (), settings);
+    for i in 0..64 {
+        queue.enqueue(in_ns(&format!("t{i}"), "w"), change("cfg", "1"));
+    }
+    let mut most = 0;
+    while queue.depth() > 0 {
+        most = most.max(queue.stats().in_flight);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(writer.writes.lock().unwrap().len(), 64);
+    (most, queue.stats().slots)
+}
+
+/// 8 writes a second of 2 s each need 16 in flight (Little's law); 4 slots carry 2 a second.
+#[tokio::test(start_paused = true)]
+async fn slow_writes_widen_the_slots_up_to_the_ceiling_and_no_further() {
+    let (fixed, _) = most_in_flight_with(None).await;
+    assert_eq!(fixed, 4);
+    let (widened, slots_after) = most_in_flight_with(Some(12)).await;
+    assert_eq!(widened, 12, "16 needed, 12 allowed");
+    assert_eq!(slots_after, 12, "the writes were slow to the end");
+}

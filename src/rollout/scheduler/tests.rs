@@ -172,7 +172,13 @@ fn one_write_per_workload_in_flight_and_what_arrives_meanwhile_goes_next() {
     assert_eq!(second.changes, [change("c2", 2, t0)]);
     s.complete(&second.key, second.changes, Completion::Finished, t0);
     assert!(s.is_empty());
-    assert_eq!(s.stats(), QueueStats::default());
+    assert_eq!(
+        s.stats(),
+        QueueStats {
+            slots: 1000,
+            ..QueueStats::default()
+        }
+    );
 }
 
 #[test]
@@ -496,4 +502,34 @@ fn a_tenant_holds_at_most_half_the_slots_so_others_start_at_once() {
     let w0 = wl("slow", "w0");
     s.complete(&w0, vec![], Completion::Finished, t0);
     assert_eq!(drain_order(&mut s, t0), ["slow/w2"]);
+}
+
+/// Slow writes widen the slots for everyone; one tenant still gets half the floor, not half the
+/// widened width (its own slow writes are what may have widened it).
+#[test]
+fn widened_slots_leave_each_tenant_half_the_floor() {
+    let t0 = Instant::now();
+    let mut s = scheduler(SchedulerSettings {
+        concurrency: 4,
+        widening: Some(Widening {
+            max: 16,
+            writes_per_second: 10.0,
+        }),
+        ..SchedulerSettings::default()
+    });
+    for _ in 0..100 {
+        s.observe_write_time(Duration::from_secs(2));
+    }
+    assert_eq!(s.stats().slots, 16, "10/s x 2 s = 20, capped at 16");
+    for i in 0..10 {
+        add(&mut s, "slow", &format!("w{i}"), Priority::Live, t0);
+    }
+    for i in 0..10 {
+        add(&mut s, &format!("t{i}"), "w", Priority::Live, t0);
+    }
+    // Half of 16 would let "slow" fill the 6 slots the other 10 tenants leave.
+    let started = drain_order(&mut s, t0);
+    assert_eq!(started.len(), 12, "{started:?}");
+    let slow = started.iter().filter(|k| k.starts_with("slow/")).count();
+    assert_eq!(slow, 2, "half the floor of 4: {started:?}");
 }
