@@ -8,7 +8,7 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Semaphore;
-use tracing::{Instrument, Span, debug, warn};
+use tracing::{debug, warn};
 
 use crate::model::{ConfigKey, WorkloadKey};
 use crate::shard::Ownership;
@@ -212,7 +212,13 @@ impl EventSink {
             }
         };
         if let Err(e) = published {
-            warn!(error = %e, reason, "could not publish a Kubernetes event");
+            warn!(
+                error = %e,
+                reason,
+                object = reference.name.as_deref().unwrap_or_default(),
+                namespace = reference.namespace.as_deref().unwrap_or_default(),
+                "could not publish a Kubernetes event"
+            );
         }
     }
 
@@ -281,7 +287,9 @@ impl EventSink {
             let _sending = sink.backlog.sending.acquire().await;
             sink.send(&reference, EventType::Normal, REASON, note).await;
         };
-        tokio::spawn(sending.instrument(Span::current()));
+        // Not in the write's span: that span (and the reload's) would stay open, and show as
+        // slow, for as long as the Event waited here.
+        tokio::spawn(sending);
     }
 
     pub async fn reload_failed(&self, reference: &ObjectReference, note: String) {
