@@ -271,13 +271,17 @@ impl EventSink {
             return;
         }
         let Ok(queued) = self.backlog.queued.clone().try_acquire_owned() else {
-            self.backlog.dropped.inc();
-            warn!(
-                object = reference.name.as_deref().unwrap_or_default(),
-                namespace = reference.namespace.as_deref().unwrap_or_default(),
-                backlog = BACKLOG,
-                "Reloaded event dropped: too many waiting to be sent"
-            );
+            // A slow API server drops many: the 1st, 2nd, 4th, 8th... are logged, all counted.
+            let dropped = self.backlog.dropped.inc() + 1;
+            if dropped.is_power_of_two() {
+                warn!(
+                    object = reference.name.as_deref().unwrap_or_default(),
+                    namespace = reference.namespace.as_deref().unwrap_or_default(),
+                    dropped,
+                    backlog = BACKLOG,
+                    "Reloaded event dropped: too many waiting to be sent"
+                );
+            }
             return;
         };
         let sink = self.clone();
