@@ -619,8 +619,9 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
         // A write held before any request (a hand-over, a fence) says nothing of the round trips.
         if !matches!(result, Err(WriteError::NotYet(_))) {
             let took = started.elapsed().saturating_sub(waited);
+            let transient = matches!(result, Err(WriteError::Transient(_)));
             let mut scheduler = inner.scheduler.lock().expect("queue lock");
-            scheduler.observe_write_time(took);
+            scheduler.observe_write(took, transient, now());
         }
         match result {
             Err(error @ WriteError::Conflict(_))

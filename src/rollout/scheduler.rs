@@ -488,9 +488,13 @@ impl<C: Coalesce> Scheduler<C> {
         step
     }
 
-    /// A write's time in flight, without its wait for the limiter: sizes the width.
-    pub fn observe_write_time(&mut self, took: Duration) {
-        self.width.observe(took);
+    /// A write's time in flight, without its wait for the limiter, and whether it failed
+    /// transiently (429, 5xx, a timeout): sizes the width ([`super::width`]).
+    pub fn observe_write(&mut self, took: Duration, failed_transiently: bool, now: Instant) {
+        match failed_transiently {
+            true => self.width.distress(now),
+            false => self.width.observe(took, now),
+        }
     }
 
     fn slots_full(&self) -> bool {

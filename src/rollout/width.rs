@@ -10,14 +10,26 @@
 //! never below the configured floor, never above a ceiling (each write in flight is an HTTP/1.1
 //! connection to the API server). At rest it stays at the floor.
 //!
-//! Pure: the queue reports each write's time (without its wait for the limiter) and reads the
-//! width back.
+//! Slow is not always far: an API server that is slow because it is busy (restarted, and every
+//! client relisting at once) gets slower with more writes in flight. A fixed 128 slots made the
+//! reloads that waited for an API server restart slower (`chaos-medium-3r-ha-a74c20e-write-slots-128`:
+//! 148 over 9 s by that fault alone, 16 with 32 slots), and so did this width without a brake
+//! (`chaos-medium-3r-3988fb6`: 109, against 0 in three runs with 32). A busy server answers some
+//! writes with 429, 5xx or not at all, a far one does not: a write failing that way holds the
+//! width at the floor for [`CALM`].
+//!
+//! Pure: the queue reports each write's time (without its wait for the limiter) and its
+//! failures, with the time they happened, and reads the width back.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Weight of the newest write time in the running mean: about the last 10 writes count, so the
 /// width follows a slowdown within a second at 30 writes a second, and comes back as fast.
 const WEIGHT: f64 = 0.1;
+
+/// How long a write failing transiently (429, 5xx, a timeout, a broken connection) holds the
+/// width at the floor: about what an API server restart and the relists after it take here.
+pub const CALM: Duration = Duration::from_secs(30);
 
 /// Widening: a ceiling and the rate the width is sized for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,6 +45,9 @@ pub struct WriteWidth {
     floor: usize,
     widening: Option<Widening>,
     mean_secs: f64,
+    /// The floor until then (the last transient failure + [`CALM`]).
+    calm_until: Option<Instant>,
+    slots: usize,
 }
 
 impl WriteWidth {
@@ -42,19 +57,35 @@ impl WriteWidth {
             floor: floor.max(1),
             widening,
             mean_secs: 0.0,
+            calm_until: None,
+            slots: floor.max(1),
         }
     }
 
-    /// A write's time in flight (round trips, not its wait for the limiter).
-    pub fn observe(&mut self, took: Duration) {
+    /// A write's time in flight (round trips, not its wait for the limiter), ended at `now`.
+    pub fn observe(&mut self, took: Duration, now: Instant) {
         self.mean_secs += WEIGHT * (took.as_secs_f64() - self.mean_secs);
+        self.slots = self.sized(now);
     }
 
-    /// The slots now.
+    /// A write failed transiently at `now`: the floor for [`CALM`].
+    pub fn distress(&mut self, now: Instant) {
+        self.calm_until = Some(now + CALM);
+        self.slots = self.floor;
+    }
+
+    /// The slots as of the last write reported.
     pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn sized(&self, now: Instant) -> usize {
         let Some(widening) = self.widening else {
             return self.floor;
         };
+        if self.calm_until.is_some_and(|until| now < until) {
+            return self.floor;
+        }
         let needed = (widening.writes_per_second * self.mean_secs).ceil();
         // `as` saturates a float too large for usize; the clamp bounds it anyway.
         (needed as usize).clamp(self.floor, widening.max.max(self.floor))
@@ -79,8 +110,9 @@ mod tests {
     }
 
     fn after(width: &mut WriteWidth, took: Duration, writes: usize) -> usize {
+        let now = Instant::now();
         for _ in 0..writes {
-            width.observe(took);
+            width.observe(took, now);
         }
         width.slots()
     }
@@ -116,9 +148,25 @@ mod tests {
         let mut width = WriteWidth::new(32, widening());
         for _ in 0..50 {
             after(&mut width, Duration::from_millis(20), 9);
-            width.observe(Duration::from_secs(1));
+            width.observe(Duration::from_secs(1), Instant::now());
         }
         assert_eq!(width.slots(), 32);
+    }
+
+    #[test]
+    fn a_transient_failure_holds_the_floor_for_the_calm_period() {
+        let mut width = WriteWidth::new(32, widening());
+        let t0 = Instant::now();
+        after(&mut width, Duration::from_millis(3400), 200);
+        width.distress(t0);
+        assert_eq!(width.slots(), 32);
+        width.observe(
+            Duration::from_millis(3400),
+            t0 + CALM - Duration::from_secs(1),
+        );
+        assert_eq!(width.slots(), 32, "still calming down");
+        width.observe(Duration::from_millis(3400), t0 + CALM);
+        assert_eq!(width.slots(), 128);
     }
 
     #[test]

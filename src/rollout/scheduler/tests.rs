@@ -518,7 +518,7 @@ fn widened_slots_leave_each_tenant_half_the_floor() {
         ..SchedulerSettings::default()
     });
     for _ in 0..100 {
-        s.observe_write_time(Duration::from_secs(2));
+        s.observe_write(Duration::from_secs(2), false, t0);
     }
     assert_eq!(s.stats().slots, 16, "10/s x 2 s = 20, capped at 16");
     for i in 0..10 {
