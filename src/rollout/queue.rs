@@ -612,13 +612,15 @@ async fn write_attempt<W: WorkloadWriter, O: QueueObserver>(
         let turn = WriteTurn::new(&inner.limiter, priority);
         let started = tokio::time::Instant::now();
         let result = inner.writer.write(key, changes, &turn).await;
-        let waited = turn.waited().unwrap_or_default();
-        if turn.waited().is_some() {
+        let waited = turn.waited();
+        if let Some(waited) = waited {
             inner.observer.limiter_wait(waited);
         }
-        // A write held before any request (a hand-over, a fence) says nothing of the round trips.
-        if !matches!(result, Err(WriteError::NotYet(_))) {
-            let took = started.elapsed().saturating_sub(waited);
+        // A write held before any request (a hand-over, a fence) says nothing of the round trips;
+        // a fixed width needs no report (and the lock stays off this path).
+        let widens = inner.settings.max_concurrency.is_some();
+        if widens && !matches!(result, Err(WriteError::NotYet(_))) {
+            let took = started.elapsed().saturating_sub(waited.unwrap_or_default());
             let transient = matches!(result, Err(WriteError::Transient(_)));
             let mut scheduler = inner.scheduler.lock().expect("queue lock");
             scheduler.observe_write(took, transient, now());
