@@ -24,7 +24,8 @@ use crate::rollout::halts::HaltStore;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::wave_runner::{KubeReader, WaveNotice, WaveRunner};
 use crate::rollout::{
-    KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter, write_limiter,
+    Drained, KubeWriter, QueueObserver, QueueSettings, ReloadQueue, Tenants, WorkloadWriter,
+    write_limiter,
 };
 use crate::shadow::guard::ReadOnlyLayer;
 use crate::shadow::{Shadow, VerdictSink};
@@ -724,9 +725,14 @@ async fn supervise<W: WorkloadWriter, O: QueueObserver>(
             }
             info!("shutting down: no new work, finishing in-flight writes");
             watching.abort();
-            let drained = queue.drain(DRAIN_DEADLINE).await;
-            if !drained {
-                warn!(left = queue.depth(), "writes still pending at the shutdown deadline");
+            match queue.drain(DRAIN_DEADLINE).await {
+                Drained::Everything => {}
+                Drained::WritesLeft(left) => {
+                    warn!(left, "writes still pending at the shutdown deadline");
+                }
+                Drained::EventsLeft => {
+                    warn!("writes done; some Reloaded Events unsent at the shutdown deadline");
+                }
             }
             // Leave the replica set so the others take over now, not after the Lease expires.
             coordinating.abort();
@@ -747,5 +753,39 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::config::Flags;
+
+    fn queue_settings_for(args: &[&str]) -> QueueSettings {
+        let mut argv = vec!["kube-reloader", "--pod-name=r0", "--pod-namespace=ops"];
+        argv.extend_from_slice(args);
+        let settings = Settings::try_from(Flags::try_parse_from(argv).expect("flags parse"))
+            .expect("valid flags");
+        queue_settings(&settings)
+    }
+
+    /// The write slots widen only where one replica writes for every namespace.
+    #[test]
+    fn write_slots_widen_without_sharding_only() {
+        for (args, widens) in [
+            (&[][..], true),
+            (&["--enable-ha"][..], true),
+            (&["--sharding"][..], false),
+            (&["--sharding", "--enable-ha"][..], false),
+        ] {
+            let expected = widens.then_some(MAX_WRITES_IN_FLIGHT);
+            assert_eq!(
+                queue_settings_for(args).max_concurrency,
+                expected,
+                "{args:?}"
+            );
+        }
     }
 }

@@ -11,6 +11,7 @@ use crate::config::Flags;
 use crate::index::workload_entry;
 use crate::model::{ConfigKind, WorkloadKey, WorkloadKind};
 use crate::reloader_format::hash::{ConfigPayload, digest_payload};
+use crate::rollout::Drained;
 use crate::rollout::events::EventSink;
 use crate::rollout::pause::PauseKeeper;
 use crate::rollout::{WriteError, WriteOutcome, WriteTurn};
@@ -90,7 +91,10 @@ fn cfg() -> ConfigKey {
 }
 
 async fn settle(e: &Engine<Writes, ()>) {
-    assert!(e.queue().drain(Duration::from_secs(5)).await);
+    assert_eq!(
+        e.queue().drain(Duration::from_secs(5)).await,
+        Drained::Everything
+    );
 }
 
 #[tokio::test]

@@ -215,8 +215,7 @@ impl EventSink {
             warn!(
                 error = %e,
                 reason,
-                object = reference.name.as_deref().unwrap_or_default(),
-                namespace = reference.namespace.as_deref().unwrap_or_default(),
+                object = %ObjectName(reference),
                 "could not publish a Kubernetes event"
             );
         }
@@ -275,8 +274,7 @@ impl EventSink {
             let dropped = self.backlog.dropped.inc() + 1;
             if dropped.is_power_of_two() {
                 warn!(
-                    object = reference.name.as_deref().unwrap_or_default(),
-                    namespace = reference.namespace.as_deref().unwrap_or_default(),
+                    object = %ObjectName(reference),
                     dropped,
                     backlog = BACKLOG,
                     "Reloaded event dropped: too many waiting to be sent"
@@ -342,6 +340,17 @@ impl EventSink {
             true,
         )
         .await;
+    }
+}
+
+/// An Event's object as `namespace/name` in log lines.
+struct ObjectName<'a>(&'a ObjectReference);
+
+impl std::fmt::Display for ObjectName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let namespace = self.0.namespace.as_deref().unwrap_or_default();
+        let name = self.0.name.as_deref().unwrap_or_default();
+        write!(f, "{namespace}/{name}")
     }
 }
 

@@ -17,8 +17,8 @@ mod writer;
 pub use self::writer::{KubeWriter, ViewCheck};
 pub use limiter::{TurnPriority, WriteLimiter, write_limiter};
 pub use queue::{
-    Hold, QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter, WriteError,
-    WriteOutcome, WriteTurn, classify,
+    Drained, Hold, QueueObserver, QueueSettings, QueuedChange, ReloadQueue, WorkloadWriter,
+    WriteError, WriteOutcome, WriteTurn, classify,
 };
 pub use scheduler::{Priority, QueueStats, WorkloadQueueState};
 pub use tenants::Tenants;

@@ -411,18 +411,32 @@ impl<W: WorkloadWriter, O: QueueObserver> ReloadQueue<W, O> {
     }
 
     /// Waits until nothing is pending or in flight and the writer has sent what they left
-    /// (their Events), or `deadline` passes (shutdown drain).
-    pub async fn drain(&self, deadline: Duration) -> bool {
+    /// (their Events), or `deadline` passes (shutdown drain); says which of the two was left.
+    pub async fn drain(&self, deadline: Duration) -> Drained {
         let until = tokio::time::Instant::now() + deadline;
         while self.depth() > 0 {
             if tokio::time::Instant::now() >= until {
-                return false;
+                return Drained::WritesLeft(self.depth());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let left = until.saturating_duration_since(tokio::time::Instant::now());
-        self.inner.writer.flush(left).await
+        match self.inner.writer.flush(left).await {
+            true => Drained::Everything,
+            false => Drained::EventsLeft,
+        }
     }
+}
+
+/// What a shutdown drain ([`ReloadQueue::drain`]) left when its deadline came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drained {
+    /// Every write done and every Event they left sent (or given up by the sink).
+    Everything,
+    /// Workloads still pending or in flight: their reloads are the next owner's to make.
+    WritesLeft(usize),
+    /// The writes are done; some of their `Reloaded` Events were still being sent.
+    EventsLeft,
 }
 
 /// How long the dispatcher sleeps with nothing to do before checking the queue still exists.

@@ -13,6 +13,8 @@ struct Recorder {
     delay: Duration,
     /// Finds every workload already up to date (writes nothing, takes no turn).
     up_to_date: std::sync::atomic::AtomicBool,
+    /// Its Events never finish sending (an API server that stopped answering them).
+    events_stuck: std::sync::atomic::AtomicBool,
 }
 
 impl WorkloadWriter for Arc<Recorder> {
@@ -37,6 +39,14 @@ impl WorkloadWriter for Arc<Recorder> {
             .collect();
         self.writes.lock().unwrap().push((key.clone(), names));
         Ok(WriteOutcome::Reloaded)
+    }
+
+    async fn flush(&self, deadline: Duration) -> bool {
+        if self.events_stuck.load(Ordering::SeqCst) {
+            tokio::time::sleep(deadline).await;
+            return false;
+        }
+        true
     }
 }
 
@@ -86,10 +96,34 @@ async fn changes_arriving_during_a_write_are_coalesced_into_one_more_write() {
     q.enqueue(wl("a"), change("c2", "1"));
     q.enqueue(wl("a"), change("c3", "1"));
     q.enqueue(wl("a"), change("c2", "2"));
-    assert!(q.drain(Duration::from_secs(5)).await);
+    assert_eq!(q.drain(Duration::from_secs(5)).await, Drained::Everything);
     let writes = rec.writes.lock().unwrap().clone();
     assert_eq!(writes.len(), 2, "{writes:?}");
     assert_eq!(writes[1].1, ["c2", "c3"]);
+}
+
+/// The shutdown drain says what it left: writes (the next owner's to make) apart from Events
+/// that were still being sent once every write was done.
+#[tokio::test(start_paused = true)]
+async fn the_drain_tells_writes_left_from_events_left() {
+    let slow = Arc::new(Recorder {
+        delay: Duration::from_secs(10),
+        ..Default::default()
+    });
+    let q = ReloadQueue::start(slow.clone(), (), fast());
+    q.enqueue(wl("a"), change("c1", "1"));
+    q.enqueue(wl("b"), change("c1", "1"));
+    assert_eq!(
+        q.drain(Duration::from_secs(1)).await,
+        Drained::WritesLeft(2)
+    );
+
+    let stuck = Arc::new(Recorder::default());
+    stuck.events_stuck.store(true, Ordering::SeqCst);
+    let q = ReloadQueue::start(stuck.clone(), (), fast());
+    q.enqueue(wl("a"), change("c1", "1"));
+    assert_eq!(q.drain(Duration::from_secs(1)).await, Drained::EventsLeft);
+    assert_eq!(stuck.writes.lock().unwrap().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -102,10 +136,10 @@ async fn min_interval_delays_the_second_write() {
     let q = ReloadQueue::start(rec.clone(), (), settings);
     let start = tokio::time::Instant::now();
     q.enqueue(wl("a"), change("c1", "1"));
-    assert!(q.drain(Duration::from_secs(2)).await);
+    assert_eq!(q.drain(Duration::from_secs(2)).await, Drained::Everything);
     q.enqueue(wl("a"), change("c1", "2"));
     q.enqueue(wl("a"), change("c1", "3"));
-    assert!(q.drain(Duration::from_secs(2)).await);
+    assert_eq!(q.drain(Duration::from_secs(2)).await, Drained::Everything);
     assert!(start.elapsed() >= Duration::from_millis(300));
     assert_eq!(rec.writes.lock().unwrap().len(), 2);
 }
@@ -117,7 +151,7 @@ async fn conflicts_and_throttling_are_retried_until_written() {
     *rec.failure.lock().unwrap() = Some(WriteError::Transient("429 Too Many Requests".into()));
     let q = ReloadQueue::start(rec.clone(), (), fast());
     q.enqueue(wl("a"), change("c1", "1"));
-    assert!(q.drain(Duration::from_secs(5)).await);
+    assert_eq!(q.drain(Duration::from_secs(5)).await, Drained::Everything);
     assert_eq!(rec.writes.lock().unwrap().len(), 1);
 }
 
@@ -130,7 +164,7 @@ async fn a_permanently_failing_write_is_dropped_and_others_go_on() {
     q.enqueue(wl("bad"), change("c1", "1"));
     tokio::time::sleep(Duration::from_millis(20)).await;
     q.enqueue(wl("good"), change("c1", "1"));
-    assert!(q.drain(Duration::from_secs(5)).await);
+    assert_eq!(q.drain(Duration::from_secs(5)).await, Drained::Everything);
     let writes = rec.writes.lock().unwrap().clone();
     assert_eq!(writes.len(), 1);
     assert_eq!(&*writes[0].0.name, "good");
@@ -153,7 +187,10 @@ async fn only_writes_that_change_something_take_a_limiter_turn() {
     for name in ["a", "b", "c"] {
         queue.enqueue(wl(name), change("cfg", "h1"));
     }
-    assert!(queue.drain(Duration::from_secs(5)).await);
+    assert_eq!(
+        queue.drain(Duration::from_secs(5)).await,
+        Drained::Everything
+    );
     assert!(
         queue.inner.limiter.try_take(),
         "up-to-date writes spent the only token"
@@ -161,7 +198,10 @@ async fn only_writes_that_change_something_take_a_limiter_turn() {
 
     recorder.up_to_date.store(false, Ordering::SeqCst);
     queue.enqueue(wl("d"), change("cfg", "h2"));
-    assert!(queue.drain(Duration::from_secs(5)).await);
+    assert_eq!(
+        queue.drain(Duration::from_secs(5)).await,
+        Drained::Everything
+    );
     assert_eq!(recorder.writes.lock().unwrap().len(), 1);
     assert!(
         !queue.inner.limiter.try_take(),
@@ -286,7 +326,10 @@ async fn live_changes_overtake_start_up_reconciliation() {
         );
     }
     queue.enqueue(in_ns("b", "live"), change("cfg", "1"));
-    assert!(queue.drain(Duration::from_secs(5)).await);
+    assert_eq!(
+        queue.drain(Duration::from_secs(5)).await,
+        Drained::Everything
+    );
     let written = writer.written.lock().unwrap().clone();
     assert_eq!(
         written,
