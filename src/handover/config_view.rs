@@ -263,7 +263,7 @@ mod tests {
         ConfigState {
             keys: Default::default(),
             digest: Digest {
-                blake3: [byte; 32],
+                blake3: [byte; 16],
                 sha1: [byte; 20],
             },
             ignore: false,

@@ -8,8 +8,8 @@ use crate::reload_policy::{NamePattern, ReloadPolicy};
 use crate::reloader_format::hash::Digest;
 use crate::reloader_format::precise::KeyDigests;
 
-/// A config reduced to what decisions need. 88 bytes, plus 24 a key with `--precise-keys`;
-/// no payload.
+/// A config reduced to what decisions need. 64 bytes, plus 40 and 24 a key with
+/// `--precise-keys`; no payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigState {
     pub digest: Digest,

@@ -193,9 +193,9 @@ impl ReverseIndex {
         let new_edges = entry.edge_configs();
         for config in &new_edges {
             match self.edges.entry(config.clone()) {
-                dashmap::Entry::Occupied(mut o) => o.get_mut().insert(key.clone()),
+                dashmap::Entry::Occupied(mut o) => o.get_mut().insert(&key),
                 dashmap::Entry::Vacant(v) => {
-                    v.insert(Users::One(key.clone()));
+                    v.insert(Users::one(&key));
                 }
             }
         }
@@ -270,7 +270,7 @@ impl ReverseIndex {
         let mut keys: Vec<WorkloadKey> = self
             .edges
             .get(config)
-            .map(|e| e.iter().cloned().collect())
+            .map(|e| e.keys(&e.key().namespace).collect())
             .unwrap_or_default();
         if let Some(holders) = self.pattern_holders.get(&config.namespace) {
             keys.extend(
@@ -291,7 +291,7 @@ impl ReverseIndex {
         let direct = self
             .edges
             .get(config)
-            .is_some_and(|e| e.iter().any(indexed));
+            .is_some_and(|e| e.keys(&e.key().namespace).any(|k| indexed(&k)));
         direct
             || self
                 .pattern_holders

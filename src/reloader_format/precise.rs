@@ -27,9 +27,10 @@ struct KeyDigest {
 }
 
 /// Per-key digests of one config, sorted by name digest. Empty (`None`) when the mode is off or
-/// the config has no keys to count (a SecretProviderClass).
+/// the config has no keys to count (a SecretProviderClass). A thin pointer (`Arc<Vec>`, not
+/// `Arc<[_]>`): every config's state holds one, most of them empty.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct KeyDigests(Option<Arc<[KeyDigest]>>);
+pub struct KeyDigests(Option<Arc<Vec<KeyDigest>>>);
 
 impl fmt::Debug for KeyDigests {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -43,9 +44,7 @@ fn name_digest(key: &str) -> u64 {
 }
 
 fn value_digest(value: &[u8]) -> [u8; 16] {
-    blake3::hash(value).as_bytes()[..16]
-        .try_into()
-        .expect("16 bytes")
+    super::hash::truncated(blake3::hash(value).as_bytes())
 }
 
 impl KeyDigests {
@@ -59,7 +58,7 @@ impl KeyDigests {
             })
             .collect();
         digests.sort_unstable_by_key(|d| d.name);
-        Self(Some(digests.into()))
+        Self(Some(Arc::new(digests)))
     }
 
     pub fn is_empty(&self) -> bool {

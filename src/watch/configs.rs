@@ -425,12 +425,12 @@ fn pod_status_id(obj: &DynamicObject) -> PodStatusId {
 /// again (a relist, a metadata edit) would roll the workloads back to the older versions.
 #[derive(Default)]
 struct ReportedVersions {
-    by_status: HashMap<PodStatusId, [u8; 32]>,
+    by_status: HashMap<PodStatusId, [u8; 16]>,
 }
 
 impl ReportedVersions {
     /// Records what `id` reports; true when it is new or reports other versions than before.
-    fn changed(&mut self, id: PodStatusId, digest: [u8; 32]) -> bool {
+    fn changed(&mut self, id: PodStatusId, digest: [u8; 16]) -> bool {
         self.by_status.insert(id, digest) != Some(digest)
     }
 
@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn a_pod_status_is_a_change_only_when_its_own_versions_change() {
         let mut reported = ReportedVersions::default();
-        let (v1, v2) = ([1; 32], [2; 32]);
+        let (v1, v2) = ([1; 16], [2; 16]);
         assert!(reported.changed(id("a"), v1), "new pod status");
         assert!(reported.changed(id("b"), v1), "new pod status");
         assert!(reported.changed(id("a"), v2), "a rotated");
@@ -544,14 +544,14 @@ mod tests {
     #[test]
     fn a_relist_drops_pod_statuses_deleted_meanwhile_in_its_namespace_only() {
         let mut reported = ReportedVersions::default();
-        reported.changed(id("kept"), [1; 32]);
-        reported.changed(id("gone"), [1; 32]);
-        reported.changed(("other".into(), "x".into()), [1; 32]);
+        reported.changed(id("kept"), [1; 16]);
+        reported.changed(id("gone"), [1; 16]);
+        reported.changed(("other".into(), "x".into()), [1; 16]);
         reported.retain_listed(Some("ns"), &HashSet::from([id("kept")]), |_| true);
-        assert!(!reported.changed(id("kept"), [1; 32]));
-        assert!(reported.changed(id("gone"), [1; 32]));
-        assert!(!reported.changed(("other".into(), "x".into()), [1; 32]));
-        reported.changed(("entered".into(), "y".into()), [1; 32]);
+        assert!(!reported.changed(id("kept"), [1; 16]));
+        assert!(reported.changed(id("gone"), [1; 16]));
+        assert!(!reported.changed(("other".into(), "x".into()), [1; 16]));
+        reported.changed(("entered".into(), "y".into()), [1; 16]);
         reported.retain_listed(None, &HashSet::new(), |ns| ns != "entered");
         assert_eq!(
             reported.by_status.len(),
