@@ -145,8 +145,10 @@ fn measure(n: usize, population: Population) -> usize {
         }
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
+    // A config's entry is made with its first user's edge: what the configs add after the
+    // workloads is their states only.
     println!(
-        "index_memory/{n} ({}): workloads and their edges {:.0} bytes per workload, configs {:.0} bytes per config",
+        "index_memory/{n} ({}): workloads and their edges {:.0} bytes per workload, config states {:.0} bytes per config",
         population.name,
         workloads as f64 / n as f64,
         (held - workloads) as f64 / (2 * n) as f64

@@ -324,3 +324,51 @@ fn only_namespaces_with_a_config_written_since_a_version_can_hold_a_change() {
     let written: Vec<&str> = written.iter().map(String::as_str).collect();
     assert_eq!(written, ["new", "unknown"]);
 }
+
+/// A config and its users share one entry: deleting either leaves the other, and the entry goes
+/// with the last of them.
+#[test]
+fn a_config_and_its_users_share_one_entry_gone_with_the_last_of_them() {
+    let idx = ReverseIndex::new();
+    let a = WorkloadKey::new(WorkloadKind::Deployment, "ns", "a");
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    assert_eq!(idx.unresolved_configs(ConfigKind::ConfigMap), [cm("c1")]);
+    assert_eq!(
+        idx.apply_config(cm("c1"), state(1)),
+        ConfigTransition::Created
+    );
+    assert!(idx.unresolved_configs(ConfigKind::ConfigMap).is_empty());
+
+    assert_eq!(idx.delete_config(&cm("c1")), Some(state(1)));
+    assert_eq!(idx.config(&cm("c1")), None);
+    assert_eq!(names(idx.candidates(&cm("c1"))), ["a"]);
+    let sizes = IndexSizes {
+        configs: 0,
+        workloads: 1,
+        edges: 1,
+    };
+    assert_eq!(idx.sizes(), sizes);
+    idx.delete_workload(&a);
+    assert_eq!(idx.configs.len(), 0, "nothing left of c1");
+
+    idx.apply_config(cm("c2"), state(2));
+    idx.apply_workload(entry("a", &["c2"], &[]));
+    idx.delete_workload(&a);
+    assert_eq!(idx.config(&cm("c2")), Some(state(2)), "kept without users");
+    assert!(idx.candidates(&cm("c2")).is_empty());
+    assert_eq!(idx.delete_config(&cm("c2")), Some(state(2)));
+    assert_eq!(idx.configs.len(), 0);
+}
+
+#[test]
+fn dropping_a_namespace_leaves_nothing_of_it_and_keeps_the_others() {
+    let idx = ReverseIndex::new();
+    idx.apply_workload(entry("a", &["c1", "c2"], &[]));
+    idx.apply_config(cm("c1"), state(1));
+    let elsewhere = ConfigKey::new(ConfigKind::ConfigMap, "other", "c1");
+    idx.apply_config(elsewhere.clone(), state(3));
+    idx.drop_namespace("ns");
+    assert_eq!(idx.configs.len(), 1);
+    assert_eq!(idx.config(&elsewhere), Some(state(3)));
+    assert!(idx.workloads_in(None).is_empty());
+}
