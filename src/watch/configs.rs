@@ -211,6 +211,11 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
         self.lists.started(self.kind, self.ctx.engine.acted());
     }
 
+    /// The first list finds what exists; nothing was known to go missing.
+    fn diffs_first_list(&self) -> bool {
+        false
+    }
+
     fn reset(
         &mut self,
         namespace: Option<&str>,

@@ -12,6 +12,8 @@ struct Recorder {
     /// Answers `list_mark`; an object named `entering...` enters its namespace.
     ownership: crate::shard::Ownership,
     reset_marks: Vec<ListMark>,
+    /// Answers `diffs_first_list`.
+    blind_first_list: bool,
 }
 
 impl IndexVerbs<&'static str> for Recorder {
@@ -32,6 +34,10 @@ impl IndexVerbs<&'static str> for Recorder {
 
     fn list_mark(&self) -> ListMark {
         self.ownership.list_mark()
+    }
+
+    fn diffs_first_list(&self) -> bool {
+        !self.blind_first_list
     }
 
     fn reset(
@@ -105,6 +111,31 @@ async fn after_a_break_the_relist_is_relisted_and_reports_what_survived() {
             "apply b Relisted",
             "apply c Relisted",
             r#"reset None {"b", "c"} first=false"#,
+        ]
+    );
+}
+
+/// A watch that does not diff its first list gets none of its keys collected; its relists do.
+#[tokio::test]
+async fn keys_of_a_first_list_nobody_diffs_are_not_collected() {
+    let mut events = first_list(0, &["a", "b"]);
+    events.push(broken(0));
+    events.extend(first_list(0, &["b"]));
+    let gate = SyncGate::new(1);
+    let mut recorder = Recorder {
+        blind_first_list: true,
+        ..Recorder::default()
+    };
+    drive(stream::iter(events), vec![None], &mut recorder, &gate).await;
+    assert_eq!(
+        recorder.calls,
+        [
+            "apply a Startup",
+            "apply b Startup",
+            "reset None {} first=true",
+            "failed",
+            "apply b Relisted",
+            r#"reset None {"b"} first=false"#,
         ]
     );
 }
