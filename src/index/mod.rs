@@ -22,6 +22,7 @@ use users::Users;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ahash::RandomState;
 use dashmap::DashMap;
@@ -74,6 +75,12 @@ pub struct ReverseIndex {
     /// Workloads whose reload lists hold regex entries, by namespace: they are checked against
     /// every config event of their namespace because a regex cannot be looked up by name.
     pattern_holders: Map<Arc<str>, HashSet<WorkloadKey, RandomState>>,
+    /// Workloads indexed per built-in kind, in [`WorkloadKind::BUILT_IN`]'s order.
+    built_in_counts: [AtomicUsize; WorkloadKind::BUILT_IN.len()],
+}
+
+fn built_in_slot(kind: WorkloadKind) -> Option<usize> {
+    WorkloadKind::BUILT_IN.iter().position(|k| *k == kind)
 }
 
 /// Counts for metrics.
@@ -231,6 +238,9 @@ impl ReverseIndex {
                 .insert(key.clone());
         }
         let old = self.workloads.insert(key.clone(), entry.clone());
+        if old.is_none() {
+            self.count_workload(key.kind, 1);
+        }
         if let Some(old) = old {
             for config in old.edge_configs() {
                 if !new_edges.contains(&config) {
@@ -245,6 +255,7 @@ impl ReverseIndex {
 
     pub fn delete_workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
         let (_, old) = self.workloads.remove(key)?;
+        self.count_workload(key.kind, -1);
         for config in old.edge_configs() {
             self.remove_edge(&config, key);
         }
@@ -256,6 +267,24 @@ impl ReverseIndex {
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
         self.workloads.get(key).map(|w| w.clone())
+    }
+
+    /// Whether any workload of `kind` is indexed (always true of a custom kind: those are not
+    /// counted).
+    pub fn holds_workloads_of(&self, kind: WorkloadKind) -> bool {
+        match built_in_slot(kind) {
+            Some(i) => self.built_in_counts[i].load(Ordering::Relaxed) > 0,
+            None => true,
+        }
+    }
+
+    fn count_workload(&self, kind: WorkloadKind, delta: isize) {
+        if let Some(i) = built_in_slot(kind) {
+            match delta {
+                1 => self.built_in_counts[i].fetch_add(1, Ordering::Relaxed),
+                _ => self.built_in_counts[i].fetch_sub(1, Ordering::Relaxed),
+            };
+        }
     }
 
     /// Removes the workloads of `kind` that `keep` rejects (after a relist).

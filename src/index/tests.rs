@@ -372,3 +372,23 @@ fn dropping_a_namespace_leaves_nothing_of_it_and_keeps_the_others() {
     assert_eq!(idx.config(&elsewhere), Some(state(3)));
     assert!(idx.workloads_in(None).is_empty());
 }
+
+#[test]
+fn the_index_knows_which_built_in_kinds_it_holds() {
+    let idx = ReverseIndex::new();
+    assert!(!idx.holds_workloads_of(WorkloadKind::Deployment));
+    idx.apply_workload(entry("a", &["c1"], &[]));
+    idx.apply_workload(entry("a", &["c2"], &[]));
+    assert!(idx.holds_workloads_of(WorkloadKind::Deployment));
+    assert!(!idx.holds_workloads_of(WorkloadKind::StatefulSet));
+    idx.delete_workload(&WorkloadKey::new(WorkloadKind::Deployment, "ns", "a"));
+    assert!(
+        !idx.holds_workloads_of(WorkloadKind::Deployment),
+        "one added, one gone"
+    );
+    assert!(
+        idx.delete_workload(&WorkloadKey::new(WorkloadKind::Deployment, "ns", "a"))
+            .is_none()
+    );
+    assert!(!idx.holds_workloads_of(WorkloadKind::Deployment));
+}

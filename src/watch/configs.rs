@@ -219,14 +219,14 @@ impl IndexVerbs<Reduced> for ConfigVerbs {
     fn reset(
         &mut self,
         namespace: Option<&str>,
-        seen: HashSet<ConfigKey>,
+        seen: Option<HashSet<ConfigKey>>,
         first: bool,
         mark: ListMark,
     ) {
         self.lists.finished(self.kind, self.ctx.engine.acted());
-        if first {
+        let Some(seen) = seen.filter(|_| !first) else {
             return;
-        }
+        };
         // Deleted while the watch was down: real deletions.
         let (index, ownership) = (&self.ctx.index, &self.ctx.ownership);
         for key in index.config_keys(self.kind, namespace) {
@@ -507,10 +507,11 @@ impl IndexVerbs<DynamicObject> for PodStatusVerbs {
     fn reset(
         &mut self,
         namespace: Option<&str>,
-        seen: HashSet<PodStatusId>,
+        seen: Option<HashSet<PodStatusId>>,
         _first: bool,
         mark: ListMark,
     ) {
+        let Some(seen) = seen else { return };
         let ownership = &self.ctx.ownership;
         self.reported
             .retain_listed(namespace, &seen, |ns| ownership.listed_throughout(ns, mark));

@@ -35,20 +35,22 @@ pub(super) trait IndexVerbs<T>: Send {
     /// A list of one of the streams starts; `reset` follows when it has finished.
     fn list_started(&mut self) {}
 
-    /// Whether `reset` reads what a stream's first list returned. A watch that knows nothing
-    /// of its objects before that list says no, and the driver does not collect their keys
-    /// (at 100,000 ConfigMaps, 5-8 MiB held until the list ends, at start-up's peak).
+    /// Asked as a stream's first list starts: whether `reset` will read what it returns. A
+    /// watch that knows nothing yet that the list could find gone says no, and the driver
+    /// does not collect the list's keys (at 100,000 objects, 5-8 MiB held until the list
+    /// ends, at start-up's peak).
     fn diffs_first_list(&self) -> bool {
         true
     }
 
     /// A list of `namespace` (`None`: every namespace) started at `mark` has finished and
     /// returned `seen`: forget what it did not return, in the namespaces it covered throughout.
-    /// `first`: the stream's first list, before which nothing was known.
+    /// `first`: the stream's first list. `seen` is `None` when the list's keys were not
+    /// collected ([`Self::diffs_first_list`] said no).
     fn reset(
         &mut self,
         namespace: Option<&str>,
-        seen: HashSet<Self::Key>,
+        seen: Option<HashSet<Self::Key>>,
         first: bool,
         mark: ListMark,
     );
@@ -64,8 +66,9 @@ pub(super) type StreamEvent<T> = (usize, Result<watcher::Event<T>, watcher::Erro
 struct StreamState<K> {
     namespace: Option<String>,
     synced: bool,
-    /// Keys returned by the list in progress, and when it started (`None`: no list in progress).
-    relisting: Option<(HashSet<K>, ListMark)>,
+    /// Keys returned by the list in progress (`None`: not collected), and when it started
+    /// (`None`: no list in progress).
+    relisting: Option<(Option<HashSet<K>>, ListMark)>,
 }
 
 /// Drives merged watch streams into `verbs` until they end. `namespaces[i]` is the namespace
@@ -99,7 +102,8 @@ pub(super) async fn drive<T, V, S>(
                 if stream.relisting.is_none() {
                     verbs.list_started();
                 }
-                stream.relisting = Some((HashSet::new(), verbs.list_mark()));
+                let collected = stream.synced || verbs.diffs_first_list();
+                stream.relisting = Some((collected.then(HashSet::new), verbs.list_mark()));
             }
             Ok(watcher::Event::InitApply(obj)) => {
                 // A relist after a break re-delivers every object: not each one a change.
@@ -107,10 +111,8 @@ pub(super) async fn drive<T, V, S>(
                     Phase::Live => Phase::Relisted,
                     first => first,
                 };
-                let diffed = stream.synced || verbs.diffs_first_list();
                 if let Some(key) = verbs.apply(obj, phase).await
-                    && let Some((seen, _)) = stream.relisting.as_mut()
-                    && diffed
+                    && let Some((Some(seen), _)) = stream.relisting.as_mut()
                 {
                     seen.insert(key);
                 }

@@ -70,7 +70,9 @@ impl IndexVerbs<Namespace> for SelectionVerbs {
         ListMark::default()
     }
 
-    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, first: bool, _: ListMark) {
+    fn reset(&mut self, _: Option<&str>, seen: Option<HashSet<String>>, first: bool, _: ListMark) {
+        // Collected on every list: this watch diffs its first list too.
+        let seen = seen.unwrap_or_default();
         self.ctx.engine.namespaces_listed(&seen);
         if !first {
             // Namespaces that left the selection while the watch was down (also those holding
@@ -128,8 +130,9 @@ impl IndexVerbs<PartialObjectMeta<Namespace>> for TenantVerbs {
         ListMark::default()
     }
 
-    fn reset(&mut self, _: Option<&str>, seen: HashSet<String>, _first: bool, _: ListMark) {
-        let grouped = self.ctx.engine.namespaces_listed(&seen);
+    fn reset(&mut self, _: Option<&str>, seen: Option<HashSet<String>>, _: bool, _: ListMark) {
+        // Collected on every list: this watch diffs its first list too.
+        let grouped = self.ctx.engine.namespaces_listed(&seen.unwrap_or_default());
         info!(grouped, label = self.label, "tenants known");
     }
 

@@ -112,14 +112,23 @@ impl IndexVerbs<WorkloadObject> for WorkloadVerbs {
         self.ctx.ownership.list_mark()
     }
 
+    /// Nothing of this kind indexed yet (the first stream's first list at start-up): nothing
+    /// the list could find gone. A stream started again later diffs its first list, and so
+    /// does each scoped stream after the first: the others' workloads are in the index.
+    fn diffs_first_list(&self) -> bool {
+        self.ctx.index.holds_workloads_of(self.kind)
+    }
+
     fn reset(
         &mut self,
         namespace: Option<&str>,
-        seen: HashSet<WorkloadKey>,
+        seen: Option<HashSet<WorkloadKey>>,
         _first: bool,
         mark: ListMark,
     ) {
-        self.ctx.forget_unlisted(self.kind, namespace, &seen, mark);
+        if let Some(seen) = seen {
+            self.ctx.forget_unlisted(self.kind, namespace, &seen, mark);
+        }
     }
 
     fn failed(&mut self, error: &watcher::Error) {

@@ -43,13 +43,16 @@ impl IndexVerbs<&'static str> for Recorder {
     fn reset(
         &mut self,
         namespace: Option<&str>,
-        seen: HashSet<&'static str>,
+        seen: Option<HashSet<&'static str>>,
         first: bool,
         mark: ListMark,
     ) {
-        let seen: BTreeSet<_> = seen.into_iter().collect();
+        let seen = match seen {
+            Some(seen) => format!("{:?}", seen.into_iter().collect::<BTreeSet<_>>()),
+            None => "(not collected)".into(),
+        };
         self.calls
-            .push(format!("reset {namespace:?} {seen:?} first={first}"));
+            .push(format!("reset {namespace:?} {seen} first={first}"));
         self.reset_marks.push(mark);
     }
 
@@ -132,7 +135,7 @@ async fn keys_of_a_first_list_nobody_diffs_are_not_collected() {
         [
             "apply a Startup",
             "apply b Startup",
-            "reset None {} first=true",
+            "reset None (not collected) first=true",
             "failed",
             "apply b Relisted",
             r#"reset None {"b"} first=false"#,
