@@ -215,7 +215,7 @@ fn entry_from_parts(
     Ok(WorkloadEntry {
         key,
         policy: policy.shared(),
-        uses,
+        uses: uses.into_boxed_slice(),
         paused_at,
         paused,
         canary: false,

@@ -306,6 +306,14 @@ fn a_config_state_is_64_bytes_and_holds_no_payload() {
 }
 
 #[test]
+fn a_workload_entry_is_88_bytes_and_each_use_56() {
+    // 100,000 workloads with two configs each: every 8 bytes here is 0.8-1.6 MiB, and 8 bytes
+    // can take an allocation down one size class (16 bytes) of the allocator.
+    assert_eq!(std::mem::size_of::<WorkloadEntry>(), 88);
+    assert_eq!(std::mem::size_of::<IndexedUse>(), 56);
+}
+
+#[test]
 fn only_namespaces_with_a_config_written_since_a_version_can_hold_a_change() {
     let idx = ReverseIndex::new();
     let at = |rv| ConfigState {
