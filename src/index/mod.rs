@@ -79,10 +79,6 @@ pub struct ReverseIndex {
     built_in_counts: [AtomicUsize; WorkloadKind::BUILT_IN.len()],
 }
 
-fn built_in_slot(kind: WorkloadKind) -> Option<usize> {
-    WorkloadKind::BUILT_IN.iter().position(|k| *k == kind)
-}
-
 /// Counts for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IndexSizes {
@@ -238,8 +234,8 @@ impl ReverseIndex {
                 .insert(key.clone());
         }
         let old = self.workloads.insert(key.clone(), entry.clone());
-        if old.is_none() {
-            self.count_workload(key.kind, 1);
+        if let (None, Some(count)) = (&old, self.count_of(key.kind)) {
+            count.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(old) = old {
             for config in old.edge_configs() {
@@ -255,7 +251,9 @@ impl ReverseIndex {
 
     pub fn delete_workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
         let (_, old) = self.workloads.remove(key)?;
-        self.count_workload(key.kind, -1);
+        if let Some(count) = self.count_of(key.kind) {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
         for config in old.edge_configs() {
             self.remove_edge(&config, key);
         }
@@ -272,19 +270,14 @@ impl ReverseIndex {
     /// Whether any workload of `kind` is indexed (always true of a custom kind: those are not
     /// counted).
     pub fn holds_workloads_of(&self, kind: WorkloadKind) -> bool {
-        match built_in_slot(kind) {
-            Some(i) => self.built_in_counts[i].load(Ordering::Relaxed) > 0,
-            None => true,
-        }
+        self.count_of(kind)
+            .is_none_or(|count| count.load(Ordering::Relaxed) > 0)
     }
 
-    fn count_workload(&self, kind: WorkloadKind, delta: isize) {
-        if let Some(i) = built_in_slot(kind) {
-            match delta {
-                1 => self.built_in_counts[i].fetch_add(1, Ordering::Relaxed),
-                _ => self.built_in_counts[i].fetch_sub(1, Ordering::Relaxed),
-            };
-        }
+    /// The count of a built-in kind's indexed workloads (`None`: a custom kind).
+    fn count_of(&self, kind: WorkloadKind) -> Option<&AtomicUsize> {
+        let slot = WorkloadKind::BUILT_IN.iter().position(|k| *k == kind)?;
+        Some(&self.built_in_counts[slot])
     }
 
     /// Removes the workloads of `kind` that `keep` rejects (after a relist).
