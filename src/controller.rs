@@ -758,16 +758,12 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::config::Flags;
 
     fn queue_settings_for(args: &[&str]) -> QueueSettings {
-        let mut argv = vec!["kube-reloader", "--pod-name=r0", "--pod-namespace=ops"];
+        let mut argv = vec!["--pod-name=r0", "--pod-namespace=ops"];
         argv.extend_from_slice(args);
-        let settings = Settings::try_from(Flags::try_parse_from(argv).expect("flags parse"))
-            .expect("valid flags");
+        let settings = crate::config::settings_from_flags(&argv).expect("valid flags");
         queue_settings(&settings)
     }
 

@@ -536,15 +536,23 @@ fn shard_settings(f: &Flags) -> Result<Option<shard::ShardSettings>, ConfigError
     Ok(shard)
 }
 
+/// The settings these flags give (the program's name is added): for the tests of every module
+/// whose behaviour follows from flags.
+#[cfg(test)]
+pub(crate) fn settings_from_flags(args: &[&str]) -> Result<Settings, ConfigError> {
+    use clap::Parser;
+    let mut argv = vec!["kube-reloader"];
+    argv.extend_from_slice(args);
+    Settings::try_from(Flags::try_parse_from(argv).expect("flags parse"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
 
     fn settings(args: &[&str]) -> Result<Settings, ConfigError> {
-        let mut argv = vec!["kube-reloader"];
-        argv.extend_from_slice(args);
-        Settings::try_from(Flags::try_parse_from(argv).expect("flags parse"))
+        settings_from_flags(args)
     }
 
     #[test]

@@ -186,6 +186,7 @@ fn a_failed_write_frees_its_slot_at_once_and_waits_out_its_backoff() {
     let t0 = Instant::now();
     let mut s = scheduler(SchedulerSettings {
         concurrency: 1,
+        backoff_base: ms(200),
         ..SchedulerSettings::default()
     });
     add(&mut s, "poisoned", "x", Priority::Live, t0);
@@ -307,12 +308,18 @@ fn a_failing_workloads_change_survives_and_newer_changes_coalesce_into_it() {
 #[test]
 fn backoff_is_capped_and_jittered_within_half_a_step() {
     let settings = SchedulerSettings::default();
-    assert_eq!(backoff(&settings, 1, 0.0), ms(100));
+    assert_eq!(backoff(&settings, 1, 0.0), ms(5));
     let almost_full = backoff(&settings, 1, 0.999_999);
     assert!(
-        almost_full > ms(199) && almost_full < ms(200),
+        almost_full > Duration::from_micros(9_999) && almost_full < ms(10),
         "{almost_full:?}"
     );
+    assert_eq!(backoff(&settings, 2, 0.0), ms(10));
+    // Six failures in a row have waited 315-630 ms in all, not 6.3-12.6 s as from 200 ms.
+    let six: Duration = (1..=6).map(|f| backoff(&settings, f, 0.0)).sum();
+    assert_eq!(six, ms(315));
+    assert_eq!(backoff(&settings, 12, 0.0), Duration::from_millis(10_240));
+    assert_eq!(backoff(&settings, 13, 0.0), Duration::from_secs(15));
     assert_eq!(backoff(&settings, 40, 0.0), Duration::from_secs(15));
     assert_eq!(backoff(&settings, 40, 1.0), Duration::from_secs(30));
     let mut jitter = default_jitter();
