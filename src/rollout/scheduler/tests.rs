@@ -233,7 +233,10 @@ fn a_failed_write_frees_its_slot_at_once_and_waits_out_its_backoff() {
 #[test]
 fn a_failing_workloads_change_survives_and_newer_changes_coalesce_into_it() {
     let t0 = Instant::now();
-    let mut s = scheduler(many_slots());
+    let mut s = scheduler(SchedulerSettings {
+        backoff_base: ms(200),
+        ..many_slots()
+    });
     let key = wl("poisoned", "x");
     let tenant: TenantId = "poisoned".into();
     s.enqueue(
