@@ -107,7 +107,7 @@ impl Default for SchedulerSettings {
 /// in a row 1.5-3 s (`write-errors` in the chaos campaign answers 30% of a replica's writes 500
 /// or 429). A write that keeps failing still reaches `--max-retry-backoff` after a dozen
 /// attempts (8 of them in its first second).
-pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_millis(10);
+const DEFAULT_BACKOFF_BASE: Duration = Duration::from_millis(10);
 
 /// A source of jitter in `[0, 1)`; injected so that tests are deterministic.
 pub type Jitter = Box<dyn FnMut() -> f64 + Send>;
