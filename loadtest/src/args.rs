@@ -165,6 +165,13 @@ pub struct Args {
     /// the machine's load, not the faults'.
     #[arg(long)]
     pub chaos_control: bool,
+
+    /// chaos: carry out the faults of this JSON file instead of the seed's draw, to replay the
+    /// part of a run that went wrong: a list of faults as schedule.rs spells them, e.g.
+    /// `[{"at_s": 30, "kind": "stop", "replica": 0, "for_s": 8.6}]` (result files
+    /// `chaos-<scale>-<N>r-plan-<file stem>`).
+    #[arg(long)]
+    pub fault_plan: Option<PathBuf>,
 }
 
 /// A positive duration (`2s`, `1m30s`, `500ms`; jiff's friendly format, which reads Go's) in

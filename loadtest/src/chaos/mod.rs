@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value, json};
 
 use crate::ctx::Ctx;
@@ -74,10 +74,22 @@ pub async fn drive(
         false => None,
     };
     let schedule_seed = rng.next_u64();
-    let planned = schedule::schedule(schedule_seed, &params(&s, ctx.pop.namespaces.len()));
+    let planned = match &s.fault_plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the fault plan {}", path.display()))?;
+            schedule::parse_plan(&text)
+                .with_context(|| format!("parsing the fault plan {}", path.display()))?
+        }
+        None => schedule::schedule(schedule_seed, &params(&s, ctx.pop.namespaces.len())),
+    };
     log(&format!(
-        "chaos: {} faults drawn (schedule seed {schedule_seed}) over {:.0}s; changes at {}/s",
+        "chaos: {} faults {} over {:.0}s; changes at {}/s",
         planned.len(),
+        match &s.fault_plan {
+            Some(path) => format!("from {}", path.display()),
+            None => format!("drawn (schedule seed {schedule_seed})"),
+        },
         s.duration_s,
         env.plan.rate
     ));

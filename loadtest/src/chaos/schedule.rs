@@ -7,12 +7,12 @@
 //! have one lane per replica and the webhook one lane, so each kind of impairment is alone on
 //! its target and the checker can tell which fault was in effect.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::rng::Rng;
 
 /// One fault and its target.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Fault {
     /// SIGKILL, started again after `down_s`.
@@ -128,11 +128,18 @@ impl Fault {
 }
 
 /// A fault at its time (seconds after the first change).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Scheduled {
     pub at_s: f64,
     #[serde(flatten)]
     pub fault: Fault,
+}
+
+/// A plan written by hand (`--fault-plan`): the faults of a JSON list, in time order.
+pub fn parse_plan(json: &str) -> Result<Vec<Scheduled>, serde_json::Error> {
+    let mut plan: Vec<Scheduled> = serde_json::from_str(json)?;
+    plan.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    Ok(plan)
 }
 
 /// What the schedule is drawn for.
@@ -361,6 +368,45 @@ mod tests {
             recovery_s: 20.0,
             tail_s: 30.0,
         }
+    }
+
+    #[test]
+    fn a_plan_is_read_in_time_order_and_names_its_faults_as_the_draw_does() {
+        let plan = parse_plan(
+            r#"[{"at_s": 80, "kind": "kill", "replica": 1, "down_s": 5},
+                {"at_s": 30, "kind": "stop", "replica": 0, "for_s": 8.6}]"#,
+        )
+        .expect("a valid plan");
+        assert_eq!(
+            plan,
+            vec![
+                Scheduled {
+                    at_s: 30.0,
+                    fault: Fault::Stop {
+                        replica: 0,
+                        for_s: 8.6
+                    }
+                },
+                Scheduled {
+                    at_s: 80.0,
+                    fault: Fault::Kill {
+                        replica: 1,
+                        down_s: 5.0
+                    }
+                },
+            ]
+        );
+        // What the draw writes, a plan reads back (times to the last bit aside).
+        let drawn = schedule(42, &params(1200.0, true));
+        let json = serde_json::to_string(&drawn).expect("serializable");
+        let read = parse_plan(&json).expect("round trip");
+        assert_eq!(read.len(), drawn.len());
+        for (r, d) in read.iter().zip(&drawn) {
+            assert_eq!(r.fault.kind(), d.fault.kind());
+            assert_eq!(r.fault.replica(), d.fault.replica());
+            assert!((r.at_s - d.at_s).abs() < 1e-9, "{r:?} vs {d:?}");
+        }
+        assert!(parse_plan(r#"[{"at_s": 1, "kind": "meteor"}]"#).is_err());
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct Settings {
     pub tail_s: f64,
     /// `--seed`: with it the run's changes and fault schedule are reproducible.
     pub seed: Option<u64>,
+    /// `--fault-plan`: these faults instead of the seed's draw.
+    pub fault_plan: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -44,6 +46,7 @@ impl Settings {
             recovery_s: if big { 45.0 } else { 10.0 },
             tail_s: if big { 60.0 } else { 15.0 },
             seed: args.seed,
+            fault_plan: args.fault_plan.clone(),
         }
     }
 
@@ -70,6 +73,10 @@ impl Settings {
             Some(s) if s != DEFAULT_SEED => format!("-seed{s}"),
             _ => String::new(),
         };
-        format!("-{}r{ha}{control}{seed}", self.replicas)
+        let plan = match self.fault_plan.as_deref().and_then(|p| p.file_stem()) {
+            Some(stem) => format!("-plan-{}", stem.to_string_lossy()),
+            None => String::new(),
+        };
+        format!("-{}r{ha}{control}{seed}{plan}", self.replicas)
     }
 }
