@@ -343,10 +343,16 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
         if matches!(phase, Phase::Backfill | Phase::BackfillAfterChange) {
             // Never replaces what the watch delivered with an older snapshot (that would
             // "change" the config back); a newer one is a change this replica has not acted on.
+            // The replica that owned the namespace meanwhile mostly has: workloads the list
+            // found on the new value are skipped here, in memory. Queued, each cost a GET and
+            // a write turn to find it up to date, and ran ahead of the catch-up's real missed
+            // changes: a leader demoted for 45 s and promoted again queued ~900 of them, and the
+            // changes nobody had acted on waited up to a minute behind them (issue 43).
             let deferred = phase == Phase::BackfillAfterChange;
             return match self.index.backfill_config(key.clone(), state.clone()) {
                 ConfigTransition::Changed if self.admitted(&event) => self.fan_out(ConfigEvent {
                     priority: Priority::Background,
+                    skip_current: true,
                     ..event
                 }),
                 ConfigTransition::Created if deferred && self.admitted(&event) => {

@@ -287,6 +287,42 @@ async fn a_backfill_newer_than_the_index_is_a_change() {
     assert_eq!(writes.0.lock().unwrap().len(), 1);
 }
 
+/// A namespace back after a while elsewhere: the replica that owned it meanwhile rolled the
+/// workload to the config's new value, and the backfill's list shows it. Nothing to queue; a
+/// workload still on the old value is queued.
+#[tokio::test]
+async fn a_backfill_newer_than_the_index_skips_workloads_already_on_the_new_value() {
+    let (e, writes) = engine(&[]);
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    let v2 = at("v2", 20).digest.reloader_hash();
+    deployment(
+        &e,
+        "rolled",
+        auto.clone(),
+        json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": v2}]),
+    );
+    e.config_applied(cfg(), at("v1", 10), Phase::Startup);
+    assert_eq!(e.config_applied(cfg(), at("v2", 20), Phase::Backfill), 0);
+    assert_eq!(e.index.config(&cfg()), Some(at("v2", 20)));
+    deployment(
+        &e,
+        "behind",
+        auto,
+        json!([{"name": "STAKATER_CFG_CONFIGMAP", "value": "v1-hash"}]),
+    );
+    assert_eq!(e.config_applied(cfg(), at("v3", 30), Phase::Backfill), 2);
+    settle(&e).await;
+    let mut written: Vec<_> = writes
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|w| w.0.clone())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["behind", "rolled"]);
+}
+
 /// What recovery finds (a backfill list newer than the index, a departed owner's missed change)
 /// is late already: it is queued behind live changes, never ahead of them (issue 43).
 #[tokio::test]
