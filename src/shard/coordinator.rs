@@ -557,11 +557,6 @@ impl Coordinator {
     }
 }
 
-/// The members an assignment should hold: the live ones that are not leaving (their namespaces
-/// move while they still act, so the hand-over completes before they exit), the leader included
-/// even if its Lease is a tick behind, unless it is leaving itself. A leaving member stays while
-/// no other live member could take its namespaces. Leader-only mode (`--enable-ha` without
-/// `--sharding`): the leader alone, or, when it is leaving, another live member.
 /// When to try again after a failed Lease renewal: a quarter of the retry period, so that a
 /// replica whose writes fail for a moment (a 500, a 429) tries several times before its renew
 /// deadline fences its writes (and before its Lease expires). At a fixed retry period, a replica
@@ -572,6 +567,11 @@ fn retry_after_failure(retry_period: Duration) -> Duration {
     retry_period / 4
 }
 
+/// The members an assignment should hold: the live ones that are not leaving (their namespaces
+/// move while they still act, so the hand-over completes before they exit), the leader included
+/// even if its Lease is a tick behind, unless it is leaving itself. A leaving member stays while
+/// no other live member could take its namespaces. Leader-only mode (`--enable-ha` without
+/// `--sharding`): the leader alone, or, when it is leaving, another live member.
 fn desired_members(members: &[Member], me: &str, me_leaving: bool, sharding: bool) -> Vec<String> {
     let staying = |m: &&Member| m.live && !m.leaving && m.identity != me;
     if !sharding {
