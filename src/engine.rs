@@ -347,12 +347,15 @@ impl<W: WorkloadWriter, O: QueueObserver, C: ConfigObserver> Engine<W, O, C> {
             // found on the new value are skipped here, in memory. Queued, each cost a GET and
             // a write turn to find it up to date, and ran ahead of the catch-up's real missed
             // changes: a leader demoted for 45 s and promoted again queued ~900 of them, and the
-            // changes nobody had acted on waited up to a minute behind them (issue 43).
+            // changes nobody had acted on waited up to a minute behind them (issue 43). Not
+            // under a wave policy: a wave sequence counts the workloads already on the value (its
+            // canaries) to know where it stands, and a kept halt holds the rest.
             let deferred = phase == Phase::BackfillAfterChange;
+            let in_waves = self.waves.is_some() && self.wave_policy(&key, &state, false).is_some();
             return match self.index.backfill_config(key.clone(), state.clone()) {
                 ConfigTransition::Changed if self.admitted(&event) => self.fan_out(ConfigEvent {
                     priority: Priority::Background,
-                    skip_current: true,
+                    skip_current: !in_waves,
                     ..event
                 }),
                 ConfigTransition::Created if deferred && self.admitted(&event) => {
