@@ -584,13 +584,20 @@ async fn labelled_pods_are_evicted_once_each_and_unlabelled_ones_never() {
         gone("worker"),
     )
     .await;
-    let events = events_about(c, &ns.name, "Pod", "worker").await;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.type_ == "Normal" && e.reason == "Reloaded"),
-        "{events:?}"
-    );
+    // The Event goes out after the eviction, off the write's slot: it may come a moment later.
+    wait_for(
+        "the Reloaded Event of the evicted pod",
+        Duration::from_secs(30),
+        || async {
+            let events = events_about(c, &ns.name, "Pod", "worker").await;
+            events
+                .iter()
+                .any(|e| e.type_ == "Normal" && e.reason == "Reloaded")
+                .then_some(())
+                .ok_or(format!("{events:?}"))
+        },
+    )
+    .await;
     let logs = plain_logs(&controller);
     for pod in ["worker", "free"] {
         assert_eq!(evictions_of(&logs, pod), 1, "{pod} evicted once");
